@@ -18,6 +18,7 @@ test: deps lint unit e2e molecule
 
 # System packages and podman configuration first (idempotent, quick when present), then the venv.
 deps: system-deps $(VENV)/.installed
+	@$(PY) -c 'from provisioner.paths import collections_path; collections_path()'
 
 system-deps:
 	@bash scripts/install-system-deps.sh
@@ -30,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: deps
-	$(BIN)/ruff check provisioner tests library module_utils bench
+	$(BIN)/ruff check provisioner tests plugins bench
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint -q

@@ -290,7 +290,7 @@ def _sim(args: argparse.Namespace) -> int:
         n = cluster.down(lambda m: console.print(escape(m)))
         console.print(f"simulated cluster removed ({n} container(s))")
         return EXIT_OK
-    from provisioner.paths import project_root
+    from provisioner.paths import workspace_root
     from provisioner.profiles import load_profiles
 
     profiles = load_profiles()
@@ -303,7 +303,7 @@ def _sim(args: argparse.Namespace) -> int:
     spec = cluster.SimSpec(gpu_nodes=args.nodes - cpu_nodes, cpu_nodes=cpu_nodes,
                            profile=args.profile, faults=tuple(args.fault))
     inv_dir = Path(args.inventory_dir) if args.inventory_dir else (
-        project_root() / "inventories" / "sim")
+        workspace_root() / "inventories" / "sim")
     sc = cluster.up(spec, inv_dir, profiles[args.profile].sim_json(),
                     progress=lambda m: console.print(escape(m)), recreate=args.recreate)
     from provisioner import render

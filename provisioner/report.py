@@ -14,7 +14,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from provisioner.errors import InputError
-from provisioner.paths import project_root
+from provisioner.paths import workspace_root
 from provisioner.runner import PlaybookResult
 
 SIMULATED_BANNER = ("SIMULATED CLUSTER: podman containers with simulated GPUs, NVLink and "
@@ -27,7 +27,7 @@ def new_run_id() -> str:
 
 def runs_dir() -> Path:
     env = os.environ.get("PROVISIONER_RUNS_DIR")
-    return Path(env) if env else project_root() / "runs"
+    return Path(env) if env else workspace_root() / "runs"
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import EnvironmentProblem
-from provisioner.paths import project_root
+from provisioner.paths import collection_root, collections_path, workspace_root
 
 # Roles publish report data as a fact named <role>_report (a dict); the section is <role>.
 REPORT_SUFFIX = "_report"
@@ -177,7 +177,7 @@ def run_playbook(
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise EnvironmentProblem("ansible-runner is not installed: run `make deps`") from exc
 
-    root = project_root()
+    root = collection_root()
     book = root / "playbooks" / playbook
     if not book.is_file():
         raise EnvironmentProblem(f"playbook {book} does not exist")
@@ -190,7 +190,10 @@ def run_playbook(
         "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FACT_CACHING_CONNECTION": str(root / ".ansible" / "facts"),
+        "ANSIBLE_FACT_CACHING_CONNECTION": str(workspace_root() / ".ansible" / "facts"),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+            [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
+                os.pathsep),
     }
     # ansible-playbook comes with the interpreter's environment (the venv), even when the venv
     # is not activated.
@@ -244,4 +247,5 @@ def _controller_error(result: PlaybookResult) -> str:
 def _passthrough_env() -> dict[str, str]:
     """Let the caller tune Ansible (ANSIBLE_FORKS=200 ...) without our code knowing each knob."""
     return {k: v for k, v in os.environ.items() if k.startswith("ANSIBLE_")
-            and k not in ("ANSIBLE_CONFIG", "ANSIBLE_FACT_CACHING_CONNECTION")}
+            and k not in ("ANSIBLE_CONFIG", "ANSIBLE_FACT_CACHING_CONNECTION",
+                          "ANSIBLE_COLLECTIONS_PATH")}

@@ -1,4 +1,4 @@
-"""Shared test setup: the pure parsers in module_utils/ are importable as ``gpucluster``."""
+"""Shared test setup: the pure parsers in plugins/module_utils/ are importable as ``gpucluster``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "module_utils"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 CAPTURES = ROOT.parent / "shared" / "captures"
 

@@ -154,9 +154,9 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
 
 
 def _build_mirror() -> Mirror:
-    from provisioner.paths import project_root
+    from provisioner.stacks import STACKS_FILE
 
-    return build_mirror(mirror_dir(), project_root() / "provisioner" / "data" / "stacks.yml")
+    return build_mirror(mirror_dir(), STACKS_FILE)
 
 
 def faults_for(node: str, faults: Iterable[str]) -> list[str]:

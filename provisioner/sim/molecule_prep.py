@@ -56,11 +56,11 @@ def clear_stale() -> None:
 def start_mirror(image: str) -> tuple[str, str]:
     """The simulated package mirror on podman's default network (molecule's scenarios use it,
     and destroy their own networks, so the mirror stays off those). Returns (url, fingerprint)."""
-    from provisioner.paths import project_root
+    from provisioner.stacks import STACKS_FILE
 
     # The same mirror directory `sim up` serves: built once, refreshed cheaply by either.
     root = mirror_dir()
-    mirror = build_mirror(root, project_root() / "provisioner" / "data" / "stacks.yml")
+    mirror = build_mirror(root, STACKS_FILE)
     podman.run(["run", "-d", "--name", MIRROR, *LABELS, "--volume", f"{root}:/srv/mirror:ro",
                 "--entrypoint", "/usr/bin/python3", image, "-m", "http.server", "8080",
                 "--directory", "/srv/mirror"])

@@ -38,6 +38,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
     (root / "playbooks" / "site.yml").write_text("[]\n")
+    (root / "galaxy.yml").write_text("namespace: gpucluster\nname: provisioner\n")
     (root / "playbooks" / "demo.yml").write_text(PLAYBOOK)
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     monkeypatch.setenv("PROVISIONER_HOME", str(root))

@@ -1,4 +1,4 @@
-"""Parser tests: make ``module_utils/gpucluster`` importable as ``gpucluster`` and load fixtures.
+"""Parser tests: make ``plugins/module_utils/gpucluster`` importable as ``gpucluster`` and load fixtures.
 
 ``tests/conftest.py`` (shared) may already put ``module_utils`` on ``sys.path``; doing it here too
 keeps ``pytest tests/parsers`` self-sufficient.
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
-MODULE_UTILS = str(PROJECT / "module_utils")
+MODULE_UTILS = str(PROJECT / "plugins" / "module_utils")
 if MODULE_UTILS not in sys.path:
     sys.path.insert(0, MODULE_UTILS)
 

@@ -10,7 +10,7 @@ from provisioner.profiles import load_profiles
 from provisioner.sim.cluster import SimSpec, faults_for, sim_files
 from provisioner.sim.image import image_for
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "module_utils"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
 from gpucluster.preflight import parse_lspci_nvidia
 from gpucluster.xid import parse_xid
 

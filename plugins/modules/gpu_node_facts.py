@@ -65,13 +65,28 @@ failed_checks:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.dcgm import parse_dcgmi_diag
-from ansible.module_utils.gpucluster.ib_sysfs import read_ib_sysfs
-from ansible.module_utils.gpucluster.nvlink import parse_nvlink_status
-from ansible.module_utils.gpucluster.nvsmi_xml import parse_nvidia_smi_xml
-from ansible.module_utils.gpucluster.topo import parse_topo_matrix
-from ansible.module_utils.gpucluster.validate import evaluate
-from ansible.module_utils.gpucluster.xid import FATAL_XIDS, parse_xid
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.dcgm import (
+    parse_dcgmi_diag,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.ib_sysfs import (
+    read_ib_sysfs,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.nvlink import (
+    parse_nvlink_status,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.nvsmi_xml import (
+    parse_nvidia_smi_xml,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.topo import (
+    parse_topo_matrix,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.validate import (
+    evaluate,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.xid import (
+    FATAL_XIDS,
+    parse_xid,
+)
 
 SIM_DIR = "/var/lib/gpu-sim"
 

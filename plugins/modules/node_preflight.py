@@ -77,7 +77,11 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpucluster.preflight import evaluate, failed, parse_lspci_nvidia
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.preflight import (
+    evaluate,
+    failed,
+    parse_lspci_nvidia,
+)
 
 SIM_DIR = "/etc/gpu-sim"
 _SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
