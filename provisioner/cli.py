@@ -1,15 +1,23 @@
-"""Command line: argument parsing, printing, and the one place exceptions become exit codes."""
+# PYTHON_ARGCOMPLETE_OK  (argcomplete: this entry point completes itself)
+"""Command line: argument parsing, printing, and the one place exceptions become exit codes.
+
+Where lines go: results on stdout; progress and banners on stdout too, on stderr under
+``--json`` (stdout then carries one JSON document and nothing else), nowhere under ``-q``;
+errors always on stderr, one line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import argcomplete
+from argcomplete.completers import FilesCompleter
 from rich.console import Console
 from rich.markup import escape
 
@@ -18,7 +26,7 @@ from provisioner.errors import InputError, ProvisionerError
 if TYPE_CHECKING:  # heavy imports stay out of `provisioner --help`
     from provisioner.bringup import RunOptions
     from provisioner.plan import ClusterPlan
-    from provisioner.runner import ProgressCallback
+    from provisioner.runner import ProgressCallback, ProgressEvent
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -31,6 +39,7 @@ def _console(stderr: bool = False) -> Console:
 
 console = _console()
 errconsole = _console(stderr=True)
+_silent = Console(quiet=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,11 +49,73 @@ class _Parser(argparse.ArgumentParser):
         raise InputError(f"{self.prog}: {message}")
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: computed only when asked (it reads galaxy.yml and imports ansible)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        print("\n".join(f"{name} {version}" for name, version in versions().items()))
+        parser.exit(EXIT_OK)
+
+
+def versions() -> dict[str, str]:
+    """This package, the collection it runs (galaxy.yml of ``collection_root()``), and the
+    ansible-core it drives."""
+    from importlib import metadata
+
+    import yaml
+
+    from provisioner.paths import COLLECTION_FQCN, collection_root
+
+    def dist(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    galaxy = collection_root() / "galaxy.yml"
+    try:
+        collection = str(yaml.safe_load(galaxy.read_text())["version"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise InputError(f"{galaxy}: no readable collection version ({exc})") from exc
+    return {"provisioner": dist("gpu-cluster-provisioner"),
+            COLLECTION_FQCN: f"{collection} ({galaxy.parent})",
+            "ansible-core": dist("ansible-core")}
+
+
+def _global_options(parser: argparse.ArgumentParser, *, command: bool) -> None:
+    """-v/-q, accepted before the command and after it (``provisioner -q up`` and
+    ``provisioner up -q``). A command's copy defaults to SUPPRESS so that it never overwrites
+    what was given before the command name."""
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="count",
+                          default=argparse.SUPPRESS if command else 0,
+                          help="more detail (repeat for more): each task as it starts, passed "
+                          "checks, plan variables; ansible-playbook runs at that verbosity "
+                          "(its output: runs/<run-id>/ansible/artifacts/*/stdout)")
+    loudness.add_argument("-q", "--quiet", action="store_true",
+                          default=argparse.SUPPRESS if command else False,
+                          help="no progress, banners or tables: errors and the final verdict "
+                          "line only")
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help=f"print {what} as one JSON document on stdout (progress and "
+                        "notices go to stderr)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="provisioner", description="Bring up a multi-node GPU cluster and prove "
                 "it works (Ansible, driven by ansible-runner).")
+    p.add_argument("--version", action=_VersionAction,
+                   help="print the versions of provisioner, its Ansible collection and "
+                   "ansible-core, then exit")
+    _global_options(p, command=False)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
     up = sub.add_parser("up", help="validate, preflight, install the stack, check, smoke job")
     up.add_argument("--inventory", "-i", required=True)
     up.add_argument("--limit", help="Ansible host pattern to restrict the run to")
@@ -56,33 +127,42 @@ def build_parser() -> argparse.ArgumentParser:
                     help="reboot nodes whose new driver needs it (default: report them)")
     up.add_argument("--check", action="store_true",
                     help="dry run (ansible --check): report what would change, change nothing")
+    _json_option(up, "the run's report")
 
     stacks = sub.add_parser("stacks", help="the matrix of known-good stacks")
     stacks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    stacks.add_argument("name", nargs="?")
+    stacks.add_argument("name", nargs="?", help="the stack to show")
+    _json_option(stacks, "the list or the stack")
 
     insp = sub.add_parser("inspect", help="parse saved outputs (nvidia-smi -q -x, nvlink -s, "
                           "topo -m, ibstat, IB sysfs dump, all_reduce_perf, dmesg, dcgmi diag)")
     insp.add_argument("files", nargs="+")
     insp.add_argument("--profile", help="also judge the facts against this hardware profile")
+    _json_option(insp, "the parsed facts (and checks)")
 
     smk = sub.add_parser("smoke", help="run the distributed smoke job only")
     smk.add_argument("--inventory", "-i", required=True)
     smk.add_argument("--limit")
     smk.add_argument("--timeout", type=int, default=1800, help="phase timeout (s)")
+    _json_option(smk, "the run's report")
 
     val = sub.add_parser("validate", help="check every GPU node against its hardware profile "
                          "(read-only)")
     val.add_argument("--inventory", "-i", required=True)
     val.add_argument("--limit")
+    _json_option(val, "the run's report")
 
     plan = sub.add_parser("plan", help="validate the inventory and show the resolved stack "
                           "per host (no host contact)")
     plan.add_argument("--inventory", "-i", required=True)
+    plan.add_argument("-o", "--output", metavar="PATH",
+                      help="also write the plan as an inventory file, for plain "
+                      "ansible-playbook: -i INVENTORY -i PATH playbooks/site.yml")
+    _json_option(plan, "the plan")
 
     rep = sub.add_parser("report", help="show a saved report")
     rep.add_argument("run_id", nargs="?")
-    rep.add_argument("--json", action="store_true", help="print the raw report.json")
+    _json_option(rep, "the saved report.json")
 
     sim = sub.add_parser("sim", help="the local simulated cluster (podman)")
     simsub = sim.add_subparsers(dest="sim_command", required=True, parser_class=_Parser)
@@ -100,12 +180,61 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write hosts.yml (default: inventories/sim)")
     simup.add_argument("--recreate", action="store_true")
     simsub.add_parser("down", help="remove the simulated cluster's containers and network")
+    _finish(p)
     return p
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                yield child
+                yield from _subparsers(child)
+
+
+# Completers by destination, so a new command's --inventory or --profile completes too.
+_COMPLETERS: dict[str, Callable[..., Any]] = {
+    "inventory": FilesCompleter(),
+    "inventory_dir": FilesCompleter(directories=True),
+    "output": FilesCompleter(),
+    "files": FilesCompleter(),
+}
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Give every command -v/-q and the completers of its arguments."""
+    completers = {**_COMPLETERS, "profile": profile_names}
+    for child in _subparsers(parser):
+        if not any("--verbose" in a.option_strings for a in child._actions):
+            _global_options(child, command=True)
+        for action in child._actions:
+            completer = stack_names if (child.prog.endswith(" stacks")
+                                        and action.dest == "name") else completers.get(
+                                            action.dest)
+            if completer is not None:
+                # argcomplete reads a `completer` attribute off the argparse action.
+                vars(action)["completer"] = completer
+
+
+def stack_names(**_: Any) -> list[str]:
+    """Completer for ``stacks show NAME``."""
+    from provisioner import stacks
+
+    return [s.name for s in stacks.load_matrix().stacks_by_cuda()]
+
+
+def profile_names(**_: Any) -> list[str]:
+    """Completer for ``--profile``."""
+    from provisioner.profiles import load_profiles
+
+    return sorted(load_profiles())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        argcomplete.autocomplete(parser)
+        args = parser.parse_args(argv)
         return _dispatch(args)
     except ProvisionerError as exc:
         errconsole.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
@@ -123,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.verbose and args.quiet:
+        raise InputError("-v/--verbose and -q/--quiet exclude each other: give one of them")
     if args.command == "plan":
         return _plan(args)
     if args.command == "up":
@@ -142,11 +273,51 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise InputError(f"unknown command {args.command}")
 
 
+def _chatter(args: argparse.Namespace) -> Console:
+    """Where progress, banners and notices go: beside the results, on stderr under --json,
+    nowhere under -q."""
+    if args.quiet:
+        return _silent
+    return errconsole if getattr(args, "json", False) else console
+
+
 def _plan(args: argparse.Namespace) -> int:
     from provisioner import plan as plan_mod
     from provisioner import render
 
     cp = plan_mod.build(args.inventory)
+    written = _write_plan(cp, Path(args.output)) if args.output else None
+    tag = " (SIMULATED)" if cp.simulated else ""
+    verdict = (f"inventory OK{tag}: {len(cp.hosts)} host(s), "
+               f"{len(cp.inventory.gpu_hosts)} GPU node(s)")
+    if args.json:
+        print(render.as_json({
+            "inventory": str(cp.inventory.source),
+            "simulated": cp.simulated,
+            "plan_inventory": str(written) if written else None,
+            "hosts": [{"host": name, "kind": h.kind,
+                       "profile": h.profile.name if h.profile else None,
+                       "variables": h.variables()} for name, h in cp.hosts.items()],
+        }))
+        _chatter(args).print(escape(verdict))
+    elif not args.quiet:
+        render.plan(console, _plan_rows(cp), cp.simulated)
+        if args.verbose:
+            import yaml
+
+            for name, h in cp.hosts.items():
+                console.print(escape(f"{name}:\n" + yaml.safe_dump(h.variables(),
+                                                                   sort_keys=True)))
+    if not args.json:
+        console.print(escape(verdict))
+    if written:
+        (errconsole if args.json else console).print(
+            escape(f"plan inventory written to {written}: ansible-playbook -i "
+                   f"{args.inventory} -i {written} playbooks/site.yml"), soft_wrap=True)
+    return EXIT_OK
+
+
+def _plan_rows(cp: ClusterPlan) -> list[dict[str, str]]:
     rows = []
     for name, h in cp.hosts.items():
         v = h.stack.as_vars() if h.stack else {}
@@ -163,18 +334,45 @@ def _plan(args: argparse.Namespace) -> int:
             "fabric mgr": (str(v.get("nvidia_fabricmanager_version"))
                            if v.get("nvidia_fabricmanager_enabled") else "-"),
         })
-    render.plan(console, rows, cp.simulated)
-    console.print(f"inventory OK: {len(cp.hosts)} host(s), "
-                  f"{len(cp.inventory.gpu_hosts)} GPU node(s)")
-    return EXIT_OK
+    return rows
 
 
-@contextmanager
-def _display(title: str) -> Iterator[ProgressCallback]:
-    from provisioner.progress import ProgressDisplay
+def _write_plan(cp: ClusterPlan, path: Path) -> Path:
+    """The plan as an inventory file; an unwritable path is bad input (exit 2)."""
+    if path.is_dir():
+        raise InputError(f"plan -o {path}: is a directory; name a file, e.g. {path / 'plan.yml'}")
+    try:
+        return cp.write_inventory(path)
+    except OSError as exc:
+        raise InputError(f"plan -o {path}: cannot write the plan inventory "
+                         f"({exc.strerror or exc})") from exc
 
-    with ProgressDisplay(console, title) as disp:
-        yield disp
+
+def _display_factory(args: argparse.Namespace) -> Callable[
+        [str], AbstractContextManager[ProgressCallback]]:
+    """Live progress per phase on the chatter console; -v adds a line per task."""
+    out = _chatter(args)
+
+    @contextmanager
+    def display(title: str) -> Iterator[ProgressCallback]:
+        from provisioner.progress import ProgressDisplay
+
+        if args.quiet:
+            yield lambda _event: None
+            return
+        with ProgressDisplay(out, title) as disp:
+            if not args.verbose:
+                yield disp
+                return
+
+            def each_task(event: ProgressEvent) -> None:
+                disp(event)
+                if event.kind == "task":
+                    out.print(escape(f"  task: {event.task}"))
+
+            yield each_task
+
+    return display
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -185,19 +383,18 @@ def _up(args: argparse.Namespace) -> int:
     if not cp.simulated and not args.yes:
         if not sys.stdin.isatty():
             raise InputError("up changes real hosts: pass --yes to run non-interactively")
-        answer = console.input(f"Provision {len(cp.hosts)} host(s) from {args.inventory}? "
-                               "[y/N] ")
+        # The question goes to stderr: stdout is for results (and for --json, only JSON).
+        answer = errconsole.input(f"Provision {len(cp.hosts)} host(s) from {args.inventory}? "
+                                  "[y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             raise InputError("aborted: nothing was changed")
     phases = bringup.UP_PHASES if args.skip_smoke or args.check else (
         *bringup.UP_PHASES, bringup.SMOKE_PHASE)
-    return _run(cp, "up", phases, bringup.RunOptions(
+    return _run(args, cp, "up", phases, bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot))
 
 
 def _stacks(args: argparse.Namespace) -> int:
-    import json
-
     from provisioner import render, stacks
 
     matrix = stacks.load_matrix()
@@ -205,16 +402,25 @@ def _stacks(args: argparse.Namespace) -> int:
         if not args.name:
             raise InputError("stacks show: name a stack, e.g. `provisioner stacks show "
                              f"{matrix.default_stack}`")
-        print(json.dumps(stacks.stack_detail(matrix, args.name), indent=2))
+        detail = stacks.stack_detail(matrix, args.name)
+        if args.json:
+            print(render.as_json(detail))
+        else:
+            render.mapping(console, f"stack {args.name}", detail)
         return EXIT_OK
-    render.rows_table(console, "known-good stacks (provisioner/data/stacks.yml)",
-                      stacks.stack_rows(matrix))
+    if args.name:
+        raise InputError(f"stacks list takes no name (got {args.name!r}); to see one stack: "
+                         f"`provisioner stacks show {args.name}`")
+    rows = stacks.stack_rows(matrix)
+    if args.json:
+        print(render.as_json(rows))
+    else:
+        render.rows_table(console, "known-good stacks (provisioner/data/stacks.yml)", rows)
     return EXIT_OK
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import json
-
+    from provisioner import render
     from provisioner.inspect import check_against_profile, inspect_file
 
     profile = None
@@ -227,12 +433,24 @@ def _inspect(args: argparse.Namespace) -> int:
                              f"{', '.join(sorted(profiles))}")
         profile = profiles[args.profile]
     results = [inspect_file(Path(f)) for f in args.files]
-    failed = False
+    failed = 0
     if profile is not None:
         for result in results:
             result["checks"] = check_against_profile(result, profile)
-            failed = failed or any(c["status"] == "fail" for c in result["checks"])
-    print(json.dumps(results if len(results) > 1 else results[0], indent=2))
+            failed += sum(c["status"] == "fail" for c in result["checks"])
+    if args.json:
+        print(render.as_json(results if len(results) > 1 else results[0]))
+        return EXIT_FAILED if failed else EXIT_OK
+    if not args.quiet:
+        for result in results:
+            render.mapping(console, f"{result['file']} ({result['format']})", result["facts"])
+            if result.get("checks"):
+                render.rows_table(console, f"{result['file']} against {args.profile}",
+                                  [{k: str(c.get(k, "")) for k in ("name", "status", "measured",
+                                                                   "expected", "detail")}
+                                   for c in result["checks"]])
+    judged = f": {failed} check(s) failed against {args.profile}" if profile else ""
+    console.print(escape(f"inspected {len(results)} file(s){judged}"))
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -240,7 +458,7 @@ def _validate(args: argparse.Namespace) -> int:
     from provisioner import bringup
     from provisioner import plan as plan_mod
 
-    return _run(plan_mod.build(args.inventory), "validate", bringup.VALIDATE_PHASES,
+    return _run(args, plan_mod.build(args.inventory), "validate", bringup.VALIDATE_PHASES,
                 bringup.RunOptions(limit=args.limit))
 
 
@@ -248,38 +466,48 @@ def _smoke(args: argparse.Namespace) -> int:
     from provisioner import bringup
     from provisioner import plan as plan_mod
 
-    return _run(plan_mod.build(args.inventory), "smoke", (bringup.SMOKE_PHASE,),
+    return _run(args, plan_mod.build(args.inventory), "smoke", (bringup.SMOKE_PHASE,),
                 bringup.RunOptions(limit=args.limit, timeout_s=args.timeout))
 
 
-def _run(cp: ClusterPlan, command: str, phases: Sequence[tuple[str, str]],
-         options: RunOptions) -> int:
+def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
+         phases: Sequence[tuple[str, str]], options: RunOptions) -> int:
     """Run phases on a validated plan, save the report, print it; the exit code of the run."""
     from provisioner import bringup, render
 
+    if args.verbose:
+        # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner._passthrough_env);
+        # its output lands in the run's artifacts, not on our console.
+        os.environ.setdefault("ANSIBLE_VERBOSITY", str(min(args.verbose, 4)))
     report, run_dir = bringup.start_report(cp, command)
     if cp.simulated:
-        render.simulated_banner(console)
-    ok = bringup.run_phases(cp, report, run_dir, phases, options, _display)
+        render.simulated_banner(_chatter(args))
+    ok = bringup.run_phases(cp, report, run_dir, phases, options, _display_factory(args))
     report.finish(EXIT_OK if ok else EXIT_FAILED)
     path = report.save(run_dir)
     data = report.to_dict()
     data["report_path"] = str(path)
-    render.report(console, data)
+    show_report(args, data)
     return report.exit_code
 
 
-def _report(args: argparse.Namespace) -> int:
-    import json
-
+def show_report(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    """A report as --json, -q (the verdict line only), or the full console view."""
     from provisioner import render
+
+    if args.json:
+        print(render.as_json(data))
+    elif args.quiet:
+        render.verdict(console, data)
+    else:
+        render.report(console, data, verbose=bool(args.verbose))
+
+
+def _report(args: argparse.Namespace) -> int:
     from provisioner import report as report_mod
 
     data = report_mod.load(args.run_id)
-    if args.json:
-        print(json.dumps(data, indent=2))
-    else:
-        render.report(console, data)
+    show_report(args, data)
     return int(data.get("exit_code", 0))
 
 
@@ -287,7 +515,7 @@ def _sim(args: argparse.Namespace) -> int:
     from provisioner.sim import cluster
 
     if args.sim_command == "down":
-        n = cluster.down(lambda m: console.print(escape(m)))
+        n = cluster.down(lambda m: _chatter(args).print(escape(m)))
         console.print(f"simulated cluster removed ({n} container(s))")
         return EXIT_OK
     from provisioner.paths import workspace_root
@@ -305,10 +533,10 @@ def _sim(args: argparse.Namespace) -> int:
     inv_dir = Path(args.inventory_dir) if args.inventory_dir else (
         workspace_root() / "inventories" / "sim")
     sc = cluster.up(spec, inv_dir, profiles[args.profile].sim_json(),
-                    progress=lambda m: console.print(escape(m)), recreate=args.recreate)
+                    progress=lambda m: _chatter(args).print(escape(m)), recreate=args.recreate)
     from provisioner import render
 
-    render.simulated_banner(console)
+    render.simulated_banner(_chatter(args))
     for name, addr in sc.addresses.items():
         console.print(f"  {name:<14} {addr}")
     console.print(f"inventory: {inv_dir / 'hosts.yml'}")

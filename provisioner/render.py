@@ -1,9 +1,11 @@
-"""Console rendering of reports and plans (the only place besides cli.py that prints)."""
+"""Console rendering of reports, plans and views (the only place besides cli.py that prints),
+and the JSON text ``--json`` prints instead."""
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -21,7 +23,15 @@ def simulated_banner(console: Console) -> None:
                         title="[bold yellow]SIMULATED[/bold yellow]", border_style="yellow"))
 
 
-def report(console: Console, data: Mapping[str, Any]) -> None:
+def as_json(data: Any) -> str:
+    """What ``--json`` prints: one JSON document, keys in the order the library built them;
+    values JSON has no type for (paths, dates) as their text."""
+    return json.dumps(data, indent=2, default=str)
+
+
+def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) -> None:
+    """A saved or fresh report (``report.json`` data): phases, checks, failures, smoke results,
+    notes, then the verdict line. ``verbose`` also lists every passed and skipped check."""
     simulated = bool(data.get("simulated"))
     if simulated:
         simulated_banner(console)
@@ -40,6 +50,8 @@ def report(console: Console, data: Mapping[str, Any]) -> None:
     checks = data.get("checks", [])
     if checks:
         _checks_table(console, checks)
+        if verbose:
+            _check_lines(console, checks, ("pass", "skip"))
     failures = [f for ph in data.get("phases", []) for f in ph["failures"]]
     for f in failures[:20]:
         what = "unreachable" if f.get("unreachable") else "failed"
@@ -51,7 +63,13 @@ def report(console: Console, data: Mapping[str, Any]) -> None:
         smoke_table(console, smoke)
     for note in data.get("notes", []):
         console.print(escape(f"note: {note}"))
-    outcome = data.get("outcome", "?")
+    verdict(console, data)
+
+
+def verdict(console: Console, data: Mapping[str, Any]) -> None:
+    """The report's last line, the one ``-q`` keeps: outcome, SIMULATED tag, time, file."""
+    simulated = bool(data.get("simulated"))
+    outcome = str(data.get("outcome", "?"))
     color = "green" if outcome == "passed" else "bold red"
     tag = " (SIMULATED)" if simulated else ""
     console.print(f"[{color}]cluster {outcome.upper()}{tag}[/{color}] in "
@@ -103,9 +121,14 @@ def _checks_table(console: Console, checks: list[Mapping[str, Any]]) -> None:
             sts = [c["status"] for c in checks if f"{c['phase']}:{c['name']}" == n]
             table.add_row(n, *[str(sts.count(s)) for s in ("pass", "warn", "fail", "skip")])
         console.print(table)
+    _check_lines(console, checks, ("fail", "warn"))
+
+
+def _check_lines(console: Console, checks: list[Mapping[str, Any]],
+                 statuses: Sequence[str]) -> None:
     for c in checks:
-        if c["status"] in ("fail", "warn"):
-            style = _STYLE[c["status"]]
+        if c["status"] in statuses:
+            style = _STYLE.get(str(c["status"]), "")
             console.print(f"[{style}]{c['status']}[/{style}] " + escape(
                 f"{c['host']} {c['name']}: measured {c.get('measured')}, expected "
                 f"{c.get('expected')}: {c.get('detail')}"))
@@ -156,3 +179,28 @@ def plan(console: Console, rows: list[dict[str, str]], simulated: bool) -> None:
     if simulated:
         simulated_banner(console)
     rows_table(console, "plan (resolved per host, no host contacted)", rows)
+
+
+def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested mappings and lists as (dotted.key, text) pairs: lists of scalars joined with
+    commas, lists of mappings indexed (``gpus.0.name``)."""
+    if isinstance(data, Mapping):
+        pairs: list[tuple[str, str]] = []
+        for key, value in data.items():
+            pairs.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return pairs or [(prefix, "{}")]
+    if isinstance(data, list | tuple):
+        if any(isinstance(v, Mapping | list | tuple) for v in data):
+            return [p for i, v in enumerate(data) for p in flatten(v, f"{prefix}.{i}")]
+        return [(prefix, ", ".join(str(v) for v in data))]
+    return [(prefix, "-" if data is None else str(data))]
+
+
+def mapping(console: Console, title: str, data: Mapping[str, Any]) -> None:
+    """A two-column table of a nested mapping (see ``flatten``), cells escaped."""
+    table = Table(title=escape(title))
+    table.add_column("key")
+    table.add_column("value")
+    for key, value in flatten(data):
+        table.add_row(escape(key), escape(value))
+    console.print(table)
