@@ -233,7 +233,8 @@ def profile_names(**_: Any) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
-        argcomplete.autocomplete(parser)
+        # Options are offered once a `-` is typed, as bash completes other tools.
+        argcomplete.autocomplete(parser, always_complete_options=False)
         args = parser.parse_args(argv)
         return _dispatch(args)
     except ProvisionerError as exc:

@@ -13,7 +13,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def inspect(*args: str) -> tuple[int, Any, str]:
-    out = subprocess.run([BIN, "inspect", *args], capture_output=True, text=True, timeout=120,
+    out = subprocess.run([BIN, "inspect", "--json", *args], capture_output=True, text=True, timeout=120,
                          check=False)
     return out.returncode, json.loads(out.stdout) if out.stdout.strip() else None, out.stderr
 
