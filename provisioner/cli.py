@@ -102,6 +102,17 @@ def _global_options(parser: argparse.ArgumentParser, *, command: bool) -> None:
                           "line only")
 
 
+def _seconds(text: str) -> int:
+    """A timeout: a whole number of seconds above zero (argparse turns the error into usage)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true",
                         help=f"print {what} as one JSON document on stdout (progress and "
@@ -122,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--skip-smoke", action="store_true", help="do not run the smoke job")
     up.add_argument("--yes", "-y", action="store_true",
                     help="do not ask before changing real (non-simulated) hosts")
-    up.add_argument("--timeout", type=int, default=7200, help="per-phase timeout (s)")
+    up.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
     up.add_argument("--reboot", action="store_true",
                     help="reboot nodes whose new driver needs it (default: report them)")
     up.add_argument("--check", action="store_true",
@@ -143,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     smk = sub.add_parser("smoke", help="run the distributed smoke job only")
     smk.add_argument("--inventory", "-i", required=True)
     smk.add_argument("--limit")
-    smk.add_argument("--timeout", type=int, default=1800, help="phase timeout (s)")
+    smk.add_argument("--timeout", type=_seconds, default=1800, help="phase timeout (s)")
     _json_option(smk, "the run's report")
 
     val = sub.add_parser("validate", help="check every GPU node against its hardware profile "
@@ -287,7 +298,7 @@ def _plan(args: argparse.Namespace) -> int:
     from provisioner import render
 
     cp = plan_mod.build(args.inventory)
-    written = _write_plan(cp, Path(args.output)) if args.output else None
+    written = _write_plan(cp, Path(args.output)) if args.output is not None else None
     tag = " (SIMULATED)" if cp.simulated else ""
     verdict = (f"inventory OK{tag}: {len(cp.hosts)} host(s), "
                f"{len(cp.inventory.gpu_hosts)} GPU node(s)")

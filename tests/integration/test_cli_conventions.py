@@ -375,3 +375,15 @@ def test_console_script_carries_the_argcomplete_marker() -> None:
                           "argcomplete._check_console_script", BIN],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["up", "-i", "x", "--timeout", "-3"], "'-3' is not a number of seconds above 0"),
+    (["smoke", "-i", "x", "--timeout", "soon"], "'soon' is not a number of seconds above 0"),
+    (["inspect", "--json"], "the following arguments are required: files"),
+])
+def test_bad_arguments_are_one_line_exit_2(args: list[str], fragment: str) -> None:
+    out = run(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    [line] = error_lines(out)
+    assert fragment in line
