@@ -47,8 +47,8 @@ def sim_up(nodes: int, inv: Path) -> None:
 
 def shell_floor(inv: Path) -> float:
     """The same package work as the stack phase, as a plain script per node, in parallel."""
+    from provisioner.matrix import packages_for
     from provisioner.plan import build
-    from provisioner.stacks import packages_for
 
     plan = build(inv / "hosts.yml")
     data = yaml.safe_load((inv / "hosts.yml").read_text())["all"]

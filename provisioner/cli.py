@@ -198,7 +198,8 @@ def _up(args: argparse.Namespace) -> int:
 def _stacks(args: argparse.Namespace) -> int:
     import json
 
-    from provisioner import render, stacks
+    from provisioner import matrix as stacks
+    from provisioner import render
 
     matrix = stacks.load_matrix()
     if args.action == "show":

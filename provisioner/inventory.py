@@ -32,7 +32,7 @@ CONTRACT: dict[str, dict[str, Any]] = {
     "provisioner_simulated": {"type": "bool", "description": "set by `provisioner sim up`"},
     "fabric": {"type": "str", "choices": ["infiniband", "roce", "ethernet"],
                "description": "the cluster network used by NCCL"},
-    # Overrides of the stack's versions; each is checked by the stack rules (stacks.py).
+    # Overrides of the stack's versions; each is checked by the stack rules (matrix/resolve.py).
     "nvidia_driver_version": {"type": "str", "description": "driver version override"},
     "nvidia_driver_module_flavor": {"type": "str", "choices": ["open", "proprietary"],
                                     "description": "kernel module flavour override"},

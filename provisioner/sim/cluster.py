@@ -154,7 +154,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
 
 
 def _build_mirror() -> Mirror:
-    from provisioner.stacks import STACKS_FILE
+    from provisioner.matrix import STACKS_FILE
 
     return build_mirror(mirror_dir(), STACKS_FILE)
 

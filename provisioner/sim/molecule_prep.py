@@ -56,7 +56,7 @@ def clear_stale() -> None:
 def start_mirror(image: str) -> tuple[str, str]:
     """The simulated package mirror on podman's default network (molecule's scenarios use it,
     and destroy their own networks, so the mirror stays off those). Returns (url, fingerprint)."""
-    from provisioner.stacks import STACKS_FILE
+    from provisioner.matrix import STACKS_FILE
 
     # The same mirror directory `sim up` serves: built once, refreshed cheaply by either.
     root = mirror_dir()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.stacks import (
+from provisioner.matrix import (
     FAMILIES,
     FLAVORS,
     ResolvedStack,
