@@ -130,7 +130,8 @@ def plan_bench() -> list[tuple[str, ...]]:
 
 
 def event_bench(count: int = 200_000) -> tuple[str, ...]:
-    from provisioner.runner import PlaybookResult, _EventSink
+    from provisioner.results import PlaybookResult
+    from provisioner.runner import _EventSink
 
     result = PlaybookResult("bench.yml", "running", -1, 0.0, Path("/tmp"))
     sink = _EventSink(result, None)

@@ -18,7 +18,7 @@ from provisioner.errors import InputError, ProvisionerError
 if TYPE_CHECKING:  # heavy imports stay out of `provisioner --help`
     from provisioner.bringup import RunOptions
     from provisioner.plan import ClusterPlan
-    from provisioner.runner import ProgressCallback
+    from provisioner.results import ProgressCallback
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 

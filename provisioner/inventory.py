@@ -29,6 +29,11 @@ CONTRACT: dict[str, dict[str, Any]] = {
     "gpu_stack": {"type": "str", "description": "stack name in provisioner/data/stacks.yml"},
     "gpu_profile": {"type": "str", "description": "profile name in provisioner/data/profiles.yml"},
     "gpu_package_source": {"type": "str", "description": "'nvidia' or a mirror URL"},
+    "gpu_package_source_dir": {"type": "path",
+                               "description": "the controller directory the mirror at "
+                                              "gpu_package_source serves, when it runs on "
+                                              "the controller (the smoke job's wheelhouse "
+                                              "goes under its wheels/)"},
     "provisioner_simulated": {"type": "bool", "description": "set by `provisioner sim up`"},
     "fabric": {"type": "str", "choices": ["infiniband", "roce", "ethernet"],
                "description": "the cluster network used by NCCL"},

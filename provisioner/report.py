@@ -15,7 +15,7 @@ from xml.sax.saxutils import escape
 
 from provisioner.errors import InputError
 from provisioner.paths import workspace_root
-from provisioner.runner import PlaybookResult
+from provisioner.results import PlaybookResult
 
 SIMULATED_BANNER = ("SIMULATED CLUSTER: podman containers with simulated GPUs, NVLink and "
                     "InfiniBand. Nothing here measures real hardware.")

@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from provisioner.errors import EnvironmentProblem, InputError
+from provisioner.paths import cache_dir
 from provisioner.sim import podman
-from provisioner.sim.image import cache_dir, ensure_image
+from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
 
@@ -393,6 +394,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                     f"-o UserKnownHostsFile={keydir / 'known_hosts'} "
                     "-o StrictHostKeyChecking=yes"),
                 "gpu_package_source": f"http://{MIRROR}:{MIRROR_PORT}/",
+                "gpu_package_source_dir": str(mirror_dir()),
                 "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
                 "provisioner_simulated": True,
             },

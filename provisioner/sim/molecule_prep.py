@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, ProvisionerError
+from provisioner.paths import cache_dir
 from provisioner.profiles import load_profiles
 from provisioner.sim import podman
 from provisioner.sim.cluster import mirror_dir, sim_files
-from provisioner.sim.image import cache_dir, ensure_image
+from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import build_mirror
 
 
