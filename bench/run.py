@@ -47,8 +47,8 @@ def sim_up(nodes: int, inv: Path) -> None:
 
 def shell_floor(inv: Path) -> float:
     """The same package work as the stack phase, as a plain script per node, in parallel."""
+    from provisioner.matrix import packages_for
     from provisioner.plan import build
-    from provisioner.stacks import packages_for
 
     plan = build(inv / "hosts.yml")
     data = yaml.safe_load((inv / "hosts.yml").read_text())["all"]
@@ -130,7 +130,8 @@ def plan_bench() -> list[tuple[str, ...]]:
 
 
 def event_bench(count: int = 200_000) -> tuple[str, ...]:
-    from provisioner.runner import PlaybookResult, _EventSink
+    from provisioner.results import PlaybookResult
+    from provisioner.runner import _EventSink
 
     result = PlaybookResult("bench.yml", "running", -1, 0.0, Path("/tmp"))
     sink = _EventSink(result, None)

@@ -12,7 +12,8 @@ from typing import Any
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import Report, new_run_id, runs_dir
-from provisioner.runner import ProgressCallback, run_playbook
+from provisioner.results import ProgressCallback
+from provisioner.runner import run_playbook
 
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
 UP_PHASES: tuple[tuple[str, str], ...] = (
@@ -81,7 +82,7 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
 def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: list[Path],
               index: int, options: RunOptions, display: DisplayFactory) -> bool:
     """The smoke job phase: serve the wheelhouse, run smoke.yml, judge every pass."""
-    from provisioner.sim.image import cache_dir
+    from provisioner.paths import cache_dir
     from provisioner.smokerun import extravars, fold_results, wheelhouse_url
 
     with wheelhouse_url(plan, cache_dir()) as url, display("smoke (smoke.yml)") as progress:

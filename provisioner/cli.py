@@ -26,7 +26,7 @@ from provisioner.errors import InputError, ProvisionerError
 if TYPE_CHECKING:  # heavy imports stay out of `provisioner --help`
     from provisioner.bringup import RunOptions
     from provisioner.plan import ClusterPlan
-    from provisioner.runner import ProgressCallback, ProgressEvent
+    from provisioner.results import ProgressCallback, ProgressEvent
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -229,7 +229,7 @@ def _finish(parser: argparse.ArgumentParser) -> None:
 
 def stack_names(**_: Any) -> list[str]:
     """Completer for ``stacks show NAME``."""
-    from provisioner import stacks
+    from provisioner import matrix as stacks
 
     return [s.name for s in stacks.load_matrix().stacks_by_cuda()]
 
@@ -407,7 +407,8 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _stacks(args: argparse.Namespace) -> int:
-    from provisioner import render, stacks
+    from provisioner import matrix as stacks
+    from provisioner import render
 
     matrix = stacks.load_matrix()
     if args.action == "show":

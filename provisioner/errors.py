@@ -20,8 +20,3 @@ class EnvironmentProblem(ProvisionerError):
 
     exit_code = 2
 
-
-class ClusterFailure(ProvisionerError):
-    """The cluster failed a step or a check. Exit 1."""
-
-    exit_code = 1

@@ -11,7 +11,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,15 @@ CONTRACT: dict[str, dict[str, Any]] = {
     "gpu_stack": {"type": "str", "description": "stack name in provisioner/data/stacks.yml"},
     "gpu_profile": {"type": "str", "description": "profile name in provisioner/data/profiles.yml"},
     "gpu_package_source": {"type": "str", "description": "'nvidia' or a mirror URL"},
+    "gpu_package_source_dir": {"type": "path",
+                               "description": "the controller directory the mirror at "
+                                              "gpu_package_source serves, when it runs on "
+                                              "the controller (the smoke job's wheelhouse "
+                                              "goes under its wheels/)"},
     "provisioner_simulated": {"type": "bool", "description": "set by `provisioner sim up`"},
     "fabric": {"type": "str", "choices": ["infiniband", "roce", "ethernet"],
                "description": "the cluster network used by NCCL"},
-    # Overrides of the stack's versions; each is checked by the stack rules (stacks.py).
+    # Overrides of the stack's versions; each is checked by the stack rules (matrix/resolve.py).
     "nvidia_driver_version": {"type": "str", "description": "driver version override"},
     "nvidia_driver_module_flavor": {"type": "str", "choices": ["open", "proprietary"],
                                     "description": "kernel module flavour override"},
@@ -45,12 +50,6 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                      "description": "fabric manager override (must equal the "
                                                     "driver)"},
 }
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "str": (str,), "path": (str,), "raw": (object,), "int": (int,), "float": (int, float),
-    "bool": (bool,), "list": (list,), "dict": (dict,),
-}
-
 
 @dataclass(frozen=True)
 class HostEntry:
@@ -78,16 +77,33 @@ class Inventory:
 
 
 @lru_cache(maxsize=1)
-def known_variables() -> dict[str, dict[str, Any]]:
-    """Contract variables plus every role's public options from meta/argument_specs.yml."""
-    known: dict[str, dict[str, Any]] = dict(CONTRACT)
+def _options() -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every known variable: (where it is declared, its argument spec)."""
+    known: dict[str, tuple[str, dict[str, Any]]] = {
+        name: ("the inventory contract", spec) for name, spec in CONTRACT.items()}
     roles = project_root() / "roles"
     for spec_file in sorted(roles.glob("*/meta/argument_specs.yml")):
         data = yaml.safe_load(spec_file.read_text()) or {}
         for entry in (data.get("argument_specs") or {}).values():
             for name, opt in (entry.get("options") or {}).items():
-                known.setdefault(name, opt or {})
+                known.setdefault(name, (f"role {spec_file.parts[-3]}", opt or {}))
     return known
+
+
+def known_variables() -> dict[str, dict[str, Any]]:
+    """Contract variables plus every role's public options from meta/argument_specs.yml."""
+    return {name: spec for name, (_source, spec) in _options().items()}
+
+
+@cache
+def _validator(name: str) -> Any:
+    """Ansible's own validator for one variable, as the role's argument spec validation runs
+    it. ``required`` is left out: a role option the inventory does not set comes from the
+    role's defaults or the provisioner's extra variables."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    spec = {key: value for key, value in _options()[name][1].items() if key != "required"}
+    return ArgumentSpecValidator({name: spec})
 
 
 def load(path: str | os.PathLike[str]) -> Inventory:
@@ -201,26 +217,19 @@ def _validate(inv: Inventory) -> None:
         for name, value in sorted(entry.vars.items()):
             if not name.startswith(NAMESPACES):
                 continue
-            spec = known.get(name)
-            if spec is None:
+            if name not in known:
                 near = difflib.get_close_matches(name, known, n=1)
                 hint = f" (did you mean {near[0]}?)" if near else ""
                 raise InputError(f"{where}: host {entry.name}: unknown variable {name}{hint}")
-            _check_type(where, entry.name, name, value, spec)
+            _check_value(where, entry.name, name, value)
 
 
-def _check_type(where: str, host: str, name: str, value: Any, spec: Mapping[str, Any]) -> None:
+def _check_value(where: str, host: str, name: str, value: Any) -> None:
+    """The checks and conversions the role's argument spec validation applies on the run."""
     if isinstance(value, str) and "{{" in value:
-        return  # a template: Ansible resolves it at run time
-    if value is None:
-        return
-    kind = str(spec.get("type", "str"))
-    allowed = _TYPES.get(kind, (object,))
-    ok = isinstance(value, allowed) and not (kind in ("int", "float") and isinstance(value, bool))
-    if not ok:
-        raise InputError(f"{where}: host {host}: variable {name} must be {kind}, got "
-                         f"{type(value).__name__} {value!r}")
-    choices = spec.get("choices")
-    if choices and value not in choices:
-        raise InputError(f"{where}: host {host}: variable {name}={value!r} is not one of "
-                         f"{', '.join(map(str, choices))}")
+        return  # a template: Ansible resolves it at run time, then validates the result
+    errors = _validator(name).validate({name: value}).error_messages
+    if errors:
+        source = _options()[name][0]
+        problem = " ".join(str(errors[0]).split())
+        raise InputError(f"{where}: host {host}: variable {name} ({source}): {problem}")

@@ -78,6 +78,17 @@ def collections_path() -> Path:
     return base
 
 
+def cache_dir() -> Path:
+    """The controller's cache (wheelhouse, node images): ``PROVISIONER_CACHE``, else
+    ``$XDG_CACHE_HOME/gpu-cluster-provisioner``."""
+    base = os.environ.get("PROVISIONER_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "gpu-cluster-provisioner")
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def module_utils_dir() -> Path:
     return collection_root() / "plugins" / "module_utils"
 

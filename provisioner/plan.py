@@ -14,8 +14,7 @@ import yaml
 
 from provisioner import inventory as inv_mod
 from provisioner.errors import InputError
-from provisioner.profiles import Profile, load_profiles
-from provisioner.stacks import (
+from provisioner.matrix import (
     ResolvedStack,
     StackMatrix,
     check_cluster,
@@ -23,6 +22,7 @@ from provisioner.stacks import (
     packages_map,
     resolve_stack,
 )
+from provisioner.profiles import Profile, load_profiles
 
 
 @dataclass(frozen=True)

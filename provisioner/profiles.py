@@ -1,7 +1,8 @@
 """Hardware profiles (provisioner/data/profiles.yml): what a node looks like, what it must reach.
 
 Also home of the two helpers every data file of the package shares (YAML reading and turning a
-pydantic error into one line naming the file and the key), so stacks.py reports the same way.
+pydantic error into one line naming the file and the key), so the stack matrix
+(matrix/schema.py) reports the same way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Live per-host progress for a playbook run (rich), fed by runner.ProgressEvent callbacks.
+"""Live per-host progress for a playbook run (rich), fed by results.ProgressEvent callbacks.
 
 On a terminal it redraws a compact table (one row per host up to 30 hosts, aggregate counts
 beyond); elsewhere (CI logs) it prints one line per play and per failure, so a 2,000-host run
@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from provisioner.runner import ProgressEvent
+from provisioner.results import ProgressEvent
 
 MAX_ROWS = 30
 

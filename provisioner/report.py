@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 from provisioner.errors import InputError
 from provisioner.paths import workspace_root
-from provisioner.runner import PlaybookResult
+from provisioner.results import PlaybookResult
 
 SIMULATED_BANNER = ("SIMULATED CLUSTER: podman containers with simulated GPUs, NVLink and "
                     "InfiniBand. Nothing here measures real hardware.")
@@ -113,35 +114,74 @@ class Report:
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "report.json"
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        (run_dir / "junit.xml").write_text(self.junit())
+        (run_dir / "junit.xml").write_text(self.junit(), encoding="utf-8")
         return path
 
     def junit(self) -> str:
-        """One testsuite per phase with one testcase per host x check (CI dashboards read it)."""
-        by_phase: dict[str, list[Check]] = {}
-        for c in self.checks:
-            by_phase.setdefault(c.phase, []).append(c)
+        """JUnit XML for CI dashboards: one testsuite per report section with one testcase per
+        host x check (fail -> <failure>, skip -> <skipped>), then one testsuite per playbook
+        phase with one testcase per host (a failed task -> <failure>, an unreachable host ->
+        <error>)."""
         prefix = "SIMULATED " if self.simulated else ""
-        parts = ['<?xml version="1.0" encoding="UTF-8"?>',
-                 f'<testsuites name="{escape(prefix)}gpu-cluster-provisioner {self.run_id}">']
-        for phase, checks in by_phase.items():
-            fails = sum(c.status == "fail" for c in checks)
-            skips = sum(c.status == "skip" for c in checks)
-            parts.append(f'  <testsuite name="{escape(prefix + phase)}" tests="{len(checks)}" '
-                         f'failures="{fails}" skipped="{skips}">')
+        root = ET.Element("testsuites", name=f"{prefix}gpu-cluster-provisioner {self.run_id}")
+        by_section: dict[str, list[Check]] = {}
+        for c in self.checks:
+            by_section.setdefault(c.phase, []).append(c)
+        for section, checks in by_section.items():
+            suite = _suite(root, prefix + section)
             for c in checks:
-                name = escape(f"{c.host}.{c.name}", {'"': "&quot;"})
-                parts.append(f'    <testcase classname="{escape(phase)}" name="{name}">')
-                text = escape(f"measured={c.measured} expected={c.expected}: {c.detail}",
-                              {'"': "&quot;"})
+                case = ET.SubElement(suite, "testcase", classname=section,
+                                     name=f"{c.host}.{c.name}")
+                text = f"measured={c.measured} expected={c.expected}: {c.detail}"
                 if c.status == "fail":
-                    parts.append(f'      <failure message="{text}"/>')
+                    ET.SubElement(case, "failure", message=_xml(text), type="check")
                 elif c.status == "skip":
-                    parts.append(f'      <skipped message="{text}"/>')
-                parts.append("    </testcase>")
-            parts.append("  </testsuite>")
-        parts.append("</testsuites>")
-        return "\n".join(parts) + "\n"
+                    ET.SubElement(case, "skipped", message=_xml(text))
+            _count(suite)
+        for phase in self.phases:
+            suite = _suite(root, f"{prefix}{phase.name} ({phase.playbook})")
+            suite.set("time", f"{phase.duration_s:.2f}")
+            failures: dict[str, list[dict[str, Any]]] = {}
+            for f in phase.failures:
+                failures.setdefault(str(f["host"]), []).append(f)
+            for host in [*sorted(phase.hosts), *(h for h in failures if h not in phase.hosts)]:
+                case = ET.SubElement(suite, "testcase", classname=phase.name, name=host)
+                stats = phase.hosts.get(host, {})
+                mine = failures.get(host, [])
+                lines = _xml("\n".join(f"{f['task']}: {f['message']}" for f in mine))
+                unreachable = [f for f in mine if f.get("unreachable")]
+                if unreachable or stats.get("unreachable"):
+                    message = unreachable[0]["message"] if unreachable else "host unreachable"
+                    error = ET.SubElement(case, "error", message=_xml(message), type="unreachable")
+                    error.text = lines
+                elif mine or stats.get("failed"):
+                    message = mine[0]["message"] if mine else "a task failed"
+                    failure = ET.SubElement(case, "failure", message=_xml(message), type="task")
+                    failure.text = lines
+            _count(suite)
+        ET.indent(root)
+        return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# Characters XML 1.0 cannot carry at all (terminal escapes in a task's stderr, say): ElementTree
+# would write them and leave a file no JUnit reader parses.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("?", text)
+
+
+def _suite(root: ET.Element, name: str) -> ET.Element:
+    return ET.SubElement(root, "testsuite", name=name)
+
+
+def _count(suite: ET.Element) -> None:
+    """The testsuite's counters, from the testcases it holds."""
+    cases = suite.findall("testcase")
+    suite.set("tests", str(len(cases)))
+    for tag, attr in (("failure", "failures"), ("error", "errors"), ("skipped", "skipped")):
+        suite.set(attr, str(sum(case.find(tag) is not None for case in cases)))
 
 
 def load(run_id: str | None) -> dict[str, Any]:

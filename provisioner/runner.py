@@ -12,77 +12,24 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from provisioner.errors import EnvironmentProblem
 from provisioner.paths import collection_root, collections_path, workspace_root
+from provisioner.results import (
+    HostStats,
+    PlaybookResult,
+    ProgressCallback,
+    ProgressEvent,
+    TaskFailure,
+)
 
 # Roles publish report data as a fact named <role>_report (a dict); the section is <role>.
 REPORT_SUFFIX = "_report"
 MAX_FAILURES = 200
 MAX_MESSAGE = 600
-
-
-@dataclass
-class HostStats:
-    ok: int = 0
-    changed: int = 0
-    failed: int = 0
-    unreachable: int = 0
-    skipped: int = 0
-    rescued: int = 0
-    ignored: int = 0
-
-    @property
-    def healthy(self) -> bool:
-        return self.failed == 0 and self.unreachable == 0
-
-
-@dataclass(frozen=True)
-class TaskFailure:
-    host: str
-    task: str
-    message: str
-    unreachable: bool = False
-
-
-@dataclass(frozen=True)
-class ProgressEvent:
-    """What the live display needs; kind is play|task|ok|changed|failed|unreachable|skipped."""
-
-    kind: str
-    host: str | None = None
-    task: str | None = None
-
-
-ProgressCallback = Callable[[ProgressEvent], None]
-
-
-@dataclass
-class PlaybookResult:
-    playbook: str
-    status: str
-    rc: int
-    duration_s: float
-    artifact_dir: Path
-    stats: dict[str, HostStats] = field(default_factory=dict)
-    failures: list[TaskFailure] = field(default_factory=list)
-    dropped_failures: int = 0
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    events_seen: int = 0
-
-    @property
-    def ok(self) -> bool:
-        """Judged from status, rc and stats (never from stdout)."""
-        return (self.status == "successful" and self.rc == 0
-                and all(s.healthy for s in self.stats.values()))
-
-    @property
-    def changed_total(self) -> int:
-        return sum(s.changed for s in self.stats.values())
 
 
 class _EventSink:

@@ -32,18 +32,17 @@ def _first_gpu_host(plan: ClusterPlan) -> str:
 
 @contextlib.contextmanager
 def wheelhouse_url(plan: ClusterPlan, cache: Path) -> Iterator[str]:
-    """The URL nodes install PyTorch from. The simulated cluster's mirror serves it; for real
-    clusters the controller serves the wheelhouse itself for the length of the run."""
-    if plan.simulated:
-        from provisioner.sim.cluster import mirror_dir
-
-        ensure_wheelhouse(mirror_dir() / "wheels")
-        source = str(plan.inventory.hosts[_first_gpu_host(plan)].vars.get(
-            "gpu_package_source", ""))
-        yield source.rstrip("/") + "/wheels/"
+    """The URL nodes install PyTorch from. When the package mirror is a directory of this
+    controller (``gpu_package_source_dir``, as on the simulated cluster), the wheelhouse goes
+    into it and the mirror serves it; otherwise the controller serves the wheelhouse itself
+    for the length of the run."""
+    first = plan.inventory.hosts[_first_gpu_host(plan)]
+    mirror_dir = first.vars.get("gpu_package_source_dir")
+    if mirror_dir:
+        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels")
+        yield str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
         return
     house = ensure_wheelhouse(cache / "wheelhouse")
-    first = plan.inventory.hosts[_first_gpu_host(plan)]
     target = str(first.vars.get("ansible_host") or first.name)
     handler = functools.partial(_QuietHandler, directory=str(house))
     server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)

@@ -25,8 +25,9 @@ from typing import Any
 import yaml
 
 from provisioner.errors import EnvironmentProblem, InputError
+from provisioner.paths import cache_dir
 from provisioner.sim import podman
-from provisioner.sim.image import cache_dir, ensure_image
+from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
 
@@ -154,7 +155,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
 
 
 def _build_mirror() -> Mirror:
-    from provisioner.stacks import STACKS_FILE
+    from provisioner.matrix import STACKS_FILE
 
     return build_mirror(mirror_dir(), STACKS_FILE)
 
@@ -345,15 +346,6 @@ def _addresses(spec: SimSpec) -> dict[str, str]:
     return out
 
 
-def gateway_address() -> str:
-    info = podman.inspect("network", NETWORK) or {}
-    subnets: Iterable[Mapping[str, Any]] = info.get("subnets") or []
-    for subnet in subnets:
-        if subnet.get("gateway"):
-            return str(subnet["gateway"])
-    raise EnvironmentProblem(f"podman network {NETWORK} has no gateway")
-
-
 def _wait_for_ssh(addresses: Mapping[str, str], say: Progress, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     pending = dict(addresses)
@@ -393,6 +385,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                     f"-o UserKnownHostsFile={keydir / 'known_hosts'} "
                     "-o StrictHostKeyChecking=yes"),
                 "gpu_package_source": f"http://{MIRROR}:{MIRROR_PORT}/",
+                "gpu_package_source_dir": str(mirror_dir()),
                 "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
                 "provisioner_simulated": True,
             },

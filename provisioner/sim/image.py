@@ -9,7 +9,6 @@ in seconds instead of re-running debootstrap.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem
+from provisioner.paths import cache_dir
 from provisioner.sim import podman
 
 SUITES = {"bookworm": "debian12", "trixie": "debian13"}
@@ -44,15 +44,6 @@ systemctl mask systemd-logind.service getty.target console-getty.service \
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 """
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("PROVISIONER_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-        "gpu-cluster-provisioner")
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass(frozen=True)

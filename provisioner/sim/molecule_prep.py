@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, ProvisionerError
+from provisioner.paths import cache_dir
 from provisioner.profiles import load_profiles
 from provisioner.sim import podman
 from provisioner.sim.cluster import mirror_dir, sim_files
-from provisioner.sim.image import cache_dir, ensure_image
+from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import build_mirror
 
 
@@ -56,7 +57,7 @@ def clear_stale() -> None:
 def start_mirror(image: str) -> tuple[str, str]:
     """The simulated package mirror on podman's default network (molecule's scenarios use it,
     and destroy their own networks, so the mirror stays off those). Returns (url, fingerprint)."""
-    from provisioner.stacks import STACKS_FILE
+    from provisioner.matrix import STACKS_FILE
 
     # The same mirror directory `sim up` serves: built once, refreshed cheaply by either.
     root = mirror_dir()

@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from provisioner.matrix import COMPONENTS, FLAVORS, StackMatrix, load_matrix
+from provisioner.matrix.packages import stack_pins
 from provisioner.sim.mirror import (
     SimPackage,
     build_flat_repo,
@@ -130,21 +130,24 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
     return SimPackage(name=name, version=version, description=f"{name} {up} (simulated)")
 
 
-def all_packages(matrix: Mapping[str, Any]) -> tuple[list[SimPackage], list[SimPackage]]:
-    """(CUDA-repo packages, container-toolkit-repo packages), de-duplicated by name+version."""
+def all_packages(matrix: StackMatrix) -> tuple[list[SimPackage], list[SimPackage]]:
+    """(CUDA-repo packages, container-toolkit-repo packages), de-duplicated by name+version:
+    the apt pins of every Debian 12 stack, both driver flavours and the fabric manager."""
     cuda: dict[tuple[str, str], SimPackage] = {}
     ctk: dict[tuple[str, str], SimPackage] = {}
-    for stack in (matrix.get("stacks") or {}).values():
-        if OS_DIR not in stack.get("os_support", []):
+    for stack in matrix.stacks.values():
+        if OS_DIR not in stack.os_support:
             continue
-        for component, entries in (stack.get("packages", {}).get("apt") or {}).items():
-            groups = entries.items() if isinstance(entries, Mapping) else [(None, entries)]
-            for flavor, pins in groups:
-                for pin in pins:
-                    key = (str(pin["name"]), str(pin["version"]))
+        info = {"cuda_version": stack.cuda_version}
+        for component in COMPONENTS:
+            flavors: tuple[str | None, ...] = FLAVORS if component == "driver" else (None,)
+            for flavor in flavors:
+                pins = stack_pins(stack, matrix.fabricmanager_unsuffixed_from_branch, component,
+                                  "apt", flavor or stack.driver.default_module_flavor)
+                for key in pins:
                     target = ctk if component == "container_toolkit" else cuda
                     if key not in target:
-                        target[key] = package_for(component, flavor, *key, stack)
+                        target[key] = package_for(component, flavor, *key, info)
     return list(cuda.values()), list(ctk.values())
 
 
@@ -156,7 +159,7 @@ class Mirror:
 
 def build_mirror(root: Path, stacks_file: Path) -> Mirror:
     """Build (or refresh, cheaply) the signed simulated mirror under root."""
-    matrix = yaml.safe_load(stacks_file.read_text())
+    matrix = load_matrix(stacks_file)
     cuda_pkgs, ctk_pkgs = all_packages(matrix)
     key = ensure_signing_key(root.parent / "mirror-key")
     pool = root.parent / "mirror-pool"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import runner
+from provisioner import results, runner
 
 PLAYBOOK = """
 - name: Test | Localhost play
@@ -51,7 +51,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_run_streams_events_and_judges_from_stats(project: Path, tmp_path: Path) -> None:
-    seen: list[runner.ProgressEvent] = []
+    seen: list[results.ProgressEvent] = []
     result = runner.run_playbook("demo.yml", [project], tmp_path / "run", "01-demo",
                                  timeout=120, on_progress=seen.append)
     assert result.status == "failed"

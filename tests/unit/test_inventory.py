@@ -47,9 +47,24 @@ def test_ini_inventory_is_accepted(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("data", "fragment"), [
     ({"all": {"children": {"cpu_nodes": {"hosts": {"a": {}}}}}}, "gpu_nodes is missing or empty"),
     (cluster(gpu_profil="x"), "host gpu-01: unknown variable gpu_profil (did you mean gpu_profile?)"),
-    (cluster(nvidia_driver_module_flavor="closed"), "nvidia_driver_module_flavor='closed' is not one of"),
-    (cluster(preflight_min_free_gb="lots"), "preflight_min_free_gb must be float"),
-    (cluster(provisioner_simulated="yes"), "provisioner_simulated must be bool"),
+    (cluster(nvidia_driver_module_flavor="closed"),
+     "host gpu-01: variable nvidia_driver_module_flavor (the inventory contract): value of "
+     "nvidia_driver_module_flavor must be one of: open, proprietary, got: closed"),
+    (cluster(rdma_fabric="fibre"),
+     "host gpu-01: variable rdma_fabric (role rdma): value of rdma_fabric must be one of: "
+     "infiniband, roce, ethernet, got: fibre"),
+    (cluster(preflight_min_free_gb="lots"),
+     "host gpu-01: variable preflight_min_free_gb (role preflight): argument "
+     "'preflight_min_free_gb' is of type str and we were unable to convert to float"),
+    (cluster(provisioner_simulated="maybe"),
+     "variable provisioner_simulated (the inventory contract): argument 'provisioner_simulated' "
+     "is of type str and we were unable to convert to bool"),
+    (cluster(rdma_ipoib_interfaces=[{"address": "10.0.0.1/24"}]),
+     "variable rdma_ipoib_interfaces (role rdma): missing required arguments: name found in "
+     "rdma_ipoib_interfaces"),
+    (cluster(rdma_ipoib_interfaces=[{"name": "ib0", "address": "10.0.0.1/24", "mtu": "big"}]),
+     "variable rdma_ipoib_interfaces (role rdma): argument 'mtu' is of type str found in "
+     "'rdma_ipoib_interfaces'. and we were unable to convert to int"),
     ({"all": {"children": {"gpu_nodes": {"hosts": {"a": {}}}, "other": {"hosts": {"b": {}}}}}},
      "host b is in neither gpu_nodes nor cpu_nodes"),
     ({"all": {"children": {"gpu_nodes": {"hosts": {"a": {}}}, "cpu_nodes": {"hosts": {"a": {}}}}}},
@@ -75,6 +90,31 @@ def test_unparseable_file_is_an_input_error(tmp_path: Path) -> None:
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         inventory.load(tmp_path / "nope.yml")
+
+
+def test_values_ansible_converts_are_accepted_as_on_the_run(tmp_path: Path) -> None:
+    """Ansible's validator converts "yes" to a bool and "20" to a float; so does the check."""
+    inv = inventory.load(write(tmp_path, cluster(provisioner_simulated="yes",
+                                                 preflight_min_free_gb="20",
+                                                 rdma_packages="rdma-core,perftest")))
+    # The inventory keeps the values as written: the run converts them the same way again.
+    assert inv.hosts["gpu-01"].vars["preflight_min_free_gb"] == "20"
+    assert inv.simulated
+
+
+def test_a_required_role_option_may_be_left_to_the_run(tmp_path: Path) -> None:
+    """smoke_job_wheelhouse_url is required by its role but given by the provisioner."""
+    assert inventory.known_variables()["smoke_job_wheelhouse_url"].get("required") is True
+    inventory.load(write(tmp_path, cluster(smoke_job_nproc_per_node=2)))
+
+
+def test_role_argument_specs_need_no_cross_option_checks() -> None:
+    """Each variable is validated on its own; that equals the role's validation only while no
+    entry point declares checks across options (mutually_exclusive, required_if...)."""
+    for spec_file in (Path(inventory.project_root()) / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(spec_file.read_text())["argument_specs"].values():
+            assert set(entry) <= {"short_description", "description", "author", "options",
+                                  "version_added"}, spec_file
 
 
 def test_templates_are_not_type_checked(tmp_path: Path) -> None:

@@ -10,15 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner import stacks
 from provisioner.errors import InputError
-from provisioner.profiles import Profile, load_profiles
-from provisioner.stacks import (
-    COMPONENTS,
+from provisioner.matrix import (
     FAMILIES,
     STACKS_FILE,
-    PackagePin,
     ResolvedStack,
+    Stack,
     check_cluster,
     load_matrix,
     packages_for,
@@ -27,6 +24,8 @@ from provisioner.stacks import (
     stack_detail,
     stack_rows,
 )
+from provisioner.matrix.versions import COMPONENTS, cuda_key, version_tuple
+from provisioner.profiles import Profile, load_profiles
 
 MATRIX = load_matrix()
 PROFILES = load_profiles()
@@ -67,10 +66,10 @@ def refused(hostvars: dict[str, Any], profile: Profile | None = H100,
     return message
 
 
-def supports(stack: stacks.Stack, profile: Profile) -> bool:
+def supports(stack: Stack, profile: Profile) -> bool:
     arch = MATRIX.architectures[profile.architecture]
     cuda_ok = (arch.max_cuda_version is None
-               or stacks._cuda_key(stack.cuda_version) <= stacks._cuda_key(arch.max_cuda_version))
+               or cuda_key(stack.cuda_version) <= cuda_key(arch.max_cuda_version))
     return stack.driver.branch >= arch.min_driver_branch and cuda_ok
 
 
@@ -79,7 +78,7 @@ def supports(stack: stacks.Stack, profile: Profile) -> bool:
 
 def test_matrix_has_the_required_stacks_and_branches() -> None:
     assert {name: s.driver.branch for name, s in MATRIX.stacks.items()} == REQUIRED
-    newest = max(MATRIX.stacks.values(), key=lambda s: stacks._cuda_key(s.cuda_version))
+    newest = max(MATRIX.stacks.values(), key=lambda s: cuda_key(s.cuda_version))
     assert MATRIX.default_stack == newest.name == "cuda-13.0"
 
 
@@ -92,17 +91,17 @@ def test_stack_versions_are_matched(name: str) -> None:
     assert (s.driver.default_module_flavor == "open") == (
         s.driver.branch >= MATRIX.open_modules_default_from_branch)
     minimum = MATRIX.cuda_minimum_driver[s.cuda_version]
-    assert stacks._vt(s.driver.version) >= stacks._vt(minimum)
+    assert version_tuple(s.driver.version) >= version_tuple(minimum)
     # The container toolkit is never older than the CVE-2025-23266 fix.
-    assert stacks._vt(s.container_toolkit.version) >= (1, 17, 8)
+    assert version_tuple(s.container_toolkit.version) >= (1, 17, 8)
 
 
 def test_cuda_minimum_driver_table_facts() -> None:
     table = MATRIX.cuda_minimum_driver
     assert table["12.4"] == "550.54.14" and table["12.8"] == "570.26"
     assert table["13.0"] == "580.65.06"
-    ordered = sorted(table, key=stacks._cuda_key)
-    assert [stacks._vt(table[c]) for c in ordered] == sorted(stacks._vt(v) for v in table.values())
+    ordered = sorted(table, key=cuda_key)
+    assert [version_tuple(table[c]) for c in ordered] == sorted(version_tuple(v) for v in table.values())
 
 
 def test_architecture_facts() -> None:
@@ -405,19 +404,6 @@ def test_check_cluster_accepts_matching_and_empty() -> None:
 # --------------------------------------------------------------------------- packages
 
 
-@pytest.mark.parametrize("stack_name", sorted(REQUIRED))
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("flavor", ["open", "proprietary"])
-def test_naming_conventions_reproduce_stacks_yml(stack_name: str, family: str,
-                                                 flavor: str) -> None:
-    """The names packages_for derives for an override are exactly what stacks.yml pins."""
-    r = resolve({"gpu_stack": stack_name, "nvidia_driver_module_flavor": flavor}, None)
-    r = ResolvedStack(**{**r.__dict__, "fabricmanager_enabled": True})
-    literal = packages_for(r, family)
-    derived = [PackagePin(c, n, v) for c in COMPONENTS for n, v in stacks._derive(r, c, family)]
-    assert literal == derived
-
-
 def test_packages_for_apt_default_stack_h100() -> None:
     pins = packages_for(resolve({}), "apt")
     assert [p.component for p in pins][:1] == ["driver"]
@@ -472,12 +458,6 @@ def test_packages_for_cuda_major_change_renames_cudnn_and_dcgm() -> None:
     assert not any(n.endswith("cuda-12") or n.endswith("cuda12") for n in names)
 
 
-@pytest.mark.parametrize("stack_name", sorted(REQUIRED))
-def test_packages_map_without_overrides_is_the_stacks_yml_section(stack_name: str) -> None:
-    r = resolve({"gpu_stack": stack_name}, None)
-    assert packages_map(r) == MATRIX.stacks[stack_name].packages.model_dump(mode="json")
-
-
 def test_packages_map_follows_overrides_in_every_family() -> None:
     r = resolve({"gpu_stack": "cuda-12.9", "nvidia_driver_version": "580.95.05"})
     out = packages_map(r)
@@ -489,16 +469,73 @@ def test_packages_map_follows_overrides_in_every_family() -> None:
     assert out["apt"]["nccl"][0]["version"] == "2.27.3-1+cuda12.9"  # not overridden
 
 
-def test_package_pin_spec_per_family() -> None:
-    pin = PackagePin("nccl", "libnccl2", "2.21.5-1+cuda12.4")
-    assert pin.spec("apt") == "libnccl2=2.21.5-1+cuda12.4"
-    assert pin.spec("dnf") == "libnccl2-2.21.5-1+cuda12.4"
-
-
 def test_packages_for_unknown_family() -> None:
     with pytest.raises(InputError, match="package family 'zypper' is unknown; choose one of "
                                          "apt, apt_ubuntu, dnf"):
         packages_for(resolve({}), "zypper")
+
+
+def with_exceptions(tmp_path: Path, stack: str, *exceptions: dict[str, str]) -> Any:
+    data = raw_matrix()
+    data["stacks"][stack]["package_exceptions"] = list(exceptions)
+    return load_matrix(write(tmp_path, data))
+
+
+UBUNTU_570_OPEN = {"family": "apt_ubuntu", "component": "driver",
+                   "name": "nvidia-driver-570-open", "version": "570.124.06-0ubuntu2"}
+
+
+def test_package_exception_replaces_the_conventional_pin(tmp_path: Path) -> None:
+    matrix = with_exceptions(tmp_path, "cuda-12.8", UBUNTU_570_OPEN)
+
+    def pins(family: str, flavor: str, **extra: str) -> dict[str, str]:
+        r = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.8",
+                                     "nvidia_driver_module_flavor": flavor, **extra}, None, matrix)
+        return {p.name: p.version for p in packages_for(r, family)}
+
+    assert pins("apt_ubuntu", "open")["nvidia-driver-570-open"] == "570.124.06-0ubuntu2"
+    assert pins("apt_ubuntu", "open")["cuda-drivers-570"] == "570.124.06-1"
+    assert pins("apt_ubuntu", "proprietary")["nvidia-driver-570"] == "570.124.06-0ubuntu1"
+    assert "nvidia-driver-570-open" not in pins("apt", "open")
+    # An exception is a fact about the stack's own version: a driver override drops it.
+    assert pins("apt_ubuntu", "open", nvidia_driver_version="570.133.20")[
+        "nvidia-driver-570-open"] == "570.133.20-0ubuntu1"
+    # Other stacks are untouched.
+    r = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.9"}, None, matrix)
+    assert {p.name: p.version for p in packages_for(r, "apt_ubuntu")}[
+        "nvidia-driver-575-open"] == "575.57.08-0ubuntu1"
+    shown = stack_detail(matrix, "cuda-12.8")["packages"]["apt_ubuntu"]["driver"]["open"]
+    assert shown[0] == "nvidia-driver-570-open 570.124.06-0ubuntu2"
+
+
+def test_package_exception_can_rename(tmp_path: Path) -> None:
+    matrix = with_exceptions(tmp_path, "cuda-12.9", {
+        "family": "dnf", "component": "fabricmanager", "replaces": "nvidia-fabric-manager",
+        "name": "nvidia-fabricmanager-575", "version": "575.57.08-1"})
+    r = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.9"}, H100, matrix)
+    fabric = [(p.name, p.version) for p in packages_for(r, "dnf") if p.component == "fabricmanager"]
+    assert fabric == [("nvidia-fabricmanager-575", "575.57.08-1"),
+                      ("libnvidia-nscq-575", "575.57.08-1")]
+
+
+@pytest.mark.parametrize(("exception", "message"), [
+    ({**UBUNTU_570_OPEN, "name": "nvidia-driver-57-open"},
+     "stack cuda-12.8: package_exceptions[0]: apt_ubuntu driver has no package "
+     "nvidia-driver-57-open by convention (it has cuda-drivers-570, nvidia-driver-570, "
+     "nvidia-driver-570-open)"),
+    ({**UBUNTU_570_OPEN, "version": "570.124.06-0ubuntu1"},
+     "stack cuda-12.8: package_exceptions[0]: nvidia-driver-570-open 570.124.06-0ubuntu1 is "
+     "what the convention gives already; remove the exception"),
+    ({**UBUNTU_570_OPEN, "component": "nccl"}, "apt_ubuntu nccl has no package"),
+    ({**UBUNTU_570_OPEN, "family": "zypper"}, "package_exceptions.0.family"),
+])
+def test_load_refuses_a_package_exception_that_cannot_apply(
+        tmp_path: Path, exception: dict[str, str], message: str) -> None:
+    with pytest.raises(InputError) as exc:
+        with_exceptions(tmp_path, "cuda-12.8", exception)
+    assert str(exc.value).startswith(str(tmp_path / "stacks.yml"))
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
 
 
 # --------------------------------------------------------------------------- CLI helpers
@@ -506,7 +543,7 @@ def test_packages_for_unknown_family() -> None:
 
 def test_stack_rows() -> None:
     rows = stack_rows(MATRIX)
-    assert [r["stack"] for r in rows] == sorted(REQUIRED, key=lambda n: stacks._cuda_key(n[5:]))
+    assert [r["stack"] for r in rows] == sorted(REQUIRED, key=lambda n: cuda_key(n[5:]))
     assert [r["stack"] for r in rows if r["default"]] == ["cuda-13.0"]
     assert rows[1]["driver"] == "R550 550.54.15"
     assert rows[1]["module_flavors"] == "open, proprietary (default)"

@@ -1,0 +1,228 @@
+"""Package names and versions: the one place they come from.
+
+Every pin follows NVIDIA's repository naming conventions (``conventional``), computed from the
+component versions of a stack or of a host after its overrides. Where a stack's real package
+differs from the convention, stacks.yml states it as a ``package_exceptions`` entry of that stack,
+with its source; an exception replaces the conventional pin of the same name (or the one it
+``replaces``) and holds only while the host did not override that component's version.
+
+Source tags ([CIG], [KM], [FM], [REPO], [DCGM]) are the list at the top of
+provisioner/data/stacks.yml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from provisioner.errors import InputError
+from provisioner.matrix.versions import COMPONENTS, FAMILIES, FLAVORS, driver_branch
+
+if TYPE_CHECKING:
+    from provisioner.matrix.resolve import ResolvedStack
+    from provisioner.matrix.schema import PackageException, Stack
+
+
+@dataclass(frozen=True)
+class PackagePin:
+    """One package at one exact version, as the upstream repository names it."""
+
+    component: str
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class NamingInputs:
+    """What the names and versions of a stack's packages are derived from."""
+
+    driver_version: str
+    fabricmanager_version: str
+    cuda_version: str
+    cuda_toolkit_version: str
+    cudnn_version: str
+    nccl_version: str
+    container_toolkit_version: str
+    dcgm_version: str
+    # The matrix's fabricmanager_unsuffixed_from_branch [REPO].
+    fabricmanager_unsuffixed_from_branch: int
+
+    @property
+    def cuda_major(self) -> int:
+        return int(self.cuda_version.split(".")[0])
+
+    @classmethod
+    def of_stack(cls, stack: Stack, fabricmanager_unsuffixed_from_branch: int) -> NamingInputs:
+        return cls(
+            driver_version=stack.driver.version,
+            fabricmanager_version=stack.fabricmanager.version,
+            cuda_version=stack.cuda_version, cuda_toolkit_version=stack.cuda_toolkit_version,
+            cudnn_version=stack.cudnn.version, nccl_version=stack.nccl.version,
+            container_toolkit_version=stack.container_toolkit.version,
+            dcgm_version=stack.dcgm.version,
+            fabricmanager_unsuffixed_from_branch=fabricmanager_unsuffixed_from_branch)
+
+    @classmethod
+    def of_resolved(cls, r: ResolvedStack) -> NamingInputs:
+        return cls(
+            driver_version=r.driver_version, fabricmanager_version=r.fabricmanager_version,
+            cuda_version=r.cuda_version, cuda_toolkit_version=r.cuda_toolkit_version,
+            cudnn_version=r.cudnn_version, nccl_version=r.nccl_version,
+            container_toolkit_version=r.container_toolkit_version, dcgm_version=r.dcgm_version,
+            fabricmanager_unsuffixed_from_branch=r.fabricmanager_unsuffixed_from_branch)
+
+    def key(self, component: str) -> tuple[object, ...]:
+        """Everything ``component``'s names and versions depend on (besides the flavour)."""
+        return {
+            "driver": (self.driver_version,),
+            "fabricmanager": (self.fabricmanager_version,),
+            "cuda_toolkit": (self.cuda_toolkit_version,),
+            "cudnn": (self.cudnn_version, self.cuda_major),
+            "nccl": (self.nccl_version,),
+            "container_toolkit": (self.container_toolkit_version,),
+            "dcgm": (self.dcgm_version, self.cuda_major),
+        }[component]
+
+
+def conventional(v: NamingInputs, component: str, family: str,
+                 flavor: str) -> list[tuple[str, str]]:
+    """(name, version) pairs by NVIDIA's repository conventions, in install order."""
+    dnf = family == "dnf"
+    open_flavor = flavor == "open"
+    d, b, major = v.driver_version, driver_branch(v.driver_version), v.cuda_major
+    if component == "driver":
+        if family == "apt":
+            # Debian: the kernel module package, then the branch metapackage [CIG] [KM].
+            kmod = "nvidia-kernel-open-dkms" if open_flavor else "nvidia-kernel-dkms"
+            return [(kmod, f"{d}-1"), (f"cuda-drivers-{b}", f"{d}-1")]
+        if family == "apt_ubuntu":
+            # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG]; the -0ubuntu1
+            # revision is not verified against a live repository (see stacks.yml).
+            drv = f"nvidia-driver-{b}-open" if open_flavor else f"nvidia-driver-{b}"
+            return [(drv, f"{d}-0ubuntu1"), (f"cuda-drivers-{b}", f"{d}-1")]
+        # rhel9: DKMS kernel module and the CUDA driver metapackage, epoch 3 [CIG] [KM]
+        # (the epoch is not verified against a live repository, see stacks.yml).
+        kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
+        return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
+    if component == "fabricmanager":
+        # Fabric manager and NSCQ carry the branch in their names until R580 [FM] [REPO].
+        fm = v.fabricmanager_version
+        fm_branch = driver_branch(fm)
+        if fm_branch >= v.fabricmanager_unsuffixed_from_branch:
+            return [("nvidia-fabricmanager", f"{fm}-1"), ("libnvidia-nscq", f"{fm}-1")]
+        name = "nvidia-fabric-manager" if dnf else f"nvidia-fabricmanager-{fm_branch}"
+        return [(name, f"{fm}-1"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-1")]
+    if component == "cuda_toolkit":
+        # cuda-toolkit-<X>-<Y> at the toolkit release, revision 1 [CIG].
+        minor = v.cuda_version.split(".")[1]
+        return [(f"cuda-toolkit-{major}-{minor}", f"{v.cuda_toolkit_version}-1")]
+    if component == "cudnn":
+        # libcudnn9-cuda-<major> and its -dev (apt) / -devel (dnf) package [CIG].
+        dev = "devel" if dnf else "dev"
+        return [(f"libcudnn9-cuda-{major}", f"{v.cudnn_version}-1"),
+                (f"libcudnn9-{dev}-cuda-{major}", f"{v.cudnn_version}-1")]
+    if component == "nccl":
+        # The NCCL version already is the package version (2.x.y-1+cudaX.Y) [CIG].
+        runtime, devel = ("libnccl", "libnccl-devel") if dnf else ("libnccl2", "libnccl-dev")
+        return [(runtime, v.nccl_version), (devel, v.nccl_version)]
+    if component == "container_toolkit":
+        # All four packages pinned to one version [NCT].
+        ctk = f"{v.container_toolkit_version}-1"
+        return [(name, ctk) for name in ("nvidia-container-toolkit",
+                                         "nvidia-container-toolkit-base",
+                                         "libnvidia-container-tools", "libnvidia-container1")]
+    if component == "dcgm":
+        # DCGM 3 is one CUDA-independent package (epoch 1, no Debian revision); DCGM 4 splits
+        # core and per-CUDA-major [DCGM] [REPO].
+        g = v.dcgm_version
+        if g.startswith("3."):
+            return [("datacenter-gpu-manager", f"1:{g}-1" if dnf else f"1:{g}")]
+        return [("datacenter-gpu-manager-4-core", f"1:{g}-1"),
+                (f"datacenter-gpu-manager-4-cuda{major}", f"1:{g}-1")]
+    raise ValueError(f"unknown component {component!r}")
+
+
+def with_exceptions(pins: list[tuple[str, str]],
+                    exceptions: Iterable[PackageException]) -> list[tuple[str, str]]:
+    """``pins`` with each exception's pin in place of the one it replaces."""
+    replaced = {e.replaced: (e.name, e.version) for e in exceptions}
+    return [replaced.get(name, (name, version)) for name, version in pins]
+
+
+def exception_problem(stack: Stack, index: int,
+                      fabricmanager_unsuffixed_from_branch: int) -> str | None:
+    """Why exception ``index`` of ``stack`` would never apply or change nothing (None: fine)."""
+    exc = stack.package_exceptions[index]
+    inputs = NamingInputs.of_stack(stack, fabricmanager_unsuffixed_from_branch)
+    by_name = {name: version for flavor in FLAVORS
+               for name, version in conventional(inputs, exc.component, exc.family, flavor)}
+    if exc.replaced not in by_name:
+        return (f"{exc.family} {exc.component} has no package {exc.replaced} by convention "
+                f"(it has {', '.join(sorted(by_name))})")
+    if exc.name == exc.replaced and exc.version == by_name[exc.replaced]:
+        return (f"{exc.name} {exc.version} is what the convention gives already; "
+                "remove the exception")
+    return None
+
+
+def component_pins(r: ResolvedStack, component: str, family: str,
+                   flavor: str) -> list[tuple[str, str]]:
+    """``component``'s pins for host ``r`` in ``family``: the convention, then the stack's
+    exceptions for every component whose versions the host did not override."""
+    inputs = NamingInputs.of_resolved(r)
+    pins = conventional(inputs, component, family, flavor)
+    if r.base is None:
+        return pins
+    base = NamingInputs.of_stack(r.base, r.fabricmanager_unsuffixed_from_branch)
+    if inputs.key(component) != base.key(component):
+        return pins
+    return with_exceptions(pins, (e for e in r.base.package_exceptions
+                                  if e.family == family and e.component == component))
+
+
+def stack_pins(stack: Stack, fabricmanager_unsuffixed_from_branch: int, component: str,
+               family: str, flavor: str) -> list[tuple[str, str]]:
+    """``component``'s pins for ``stack`` as the matrix states it (no host overrides)."""
+    pins = conventional(NamingInputs.of_stack(stack, fabricmanager_unsuffixed_from_branch),
+                        component, family, flavor)
+    return with_exceptions(pins, (e for e in stack.package_exceptions
+                                  if e.family == family and e.component == component))
+
+
+def check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise InputError(f"package family {family!r} is unknown; choose one of "
+                         f"{', '.join(FAMILIES)}")
+
+
+def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePin]:
+    """Exact pins for ``resolved`` in ``family`` (apt: debian12, apt_ubuntu: ubuntu2204/2404,
+    dnf: rhel9), in install order. The fabric manager is included only on NVSwitch hardware."""
+    check_family(family)
+    pins: list[PackagePin] = []
+    for component in COMPONENTS:
+        if component == "fabricmanager" and not resolved.fabricmanager_enabled:
+            continue
+        pins.extend(PackagePin(component, name, version) for name, version
+                    in component_pins(resolved, component, family, resolved.module_flavor))
+    return pins
+
+
+def packages_map(resolved: ResolvedStack) -> dict[str, Any]:
+    """The resolved pins of every family (both driver flavours, the fabric manager always
+    listed) as {family: {component: [{name, version}]}}; apt_ubuntu lists its driver only."""
+    def entries(specs: list[tuple[str, str]]) -> list[dict[str, str]]:
+        return [{"name": name, "version": version} for name, version in specs]
+
+    out: dict[str, Any] = {}
+    for family in FAMILIES:
+        drivers = {flavor: entries(component_pins(resolved, "driver", family, flavor))
+                   for flavor in FLAVORS}
+        fam: dict[str, Any] = {"driver": drivers}
+        if family != "apt_ubuntu":
+            for component in COMPONENTS[1:]:
+                fam[component] = entries(component_pins(resolved, component, family,
+                                                        resolved.module_flavor))
+        out[family] = fam
+    return out

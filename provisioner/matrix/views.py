@@ -1,0 +1,74 @@
+"""The matrix as the CLI shows it: ``provisioner stacks list`` rows and ``stacks show NAME``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.errors import InputError
+from provisioner.matrix.packages import stack_pins
+from provisioner.matrix.schema import Stack, StackMatrix
+from provisioner.matrix.versions import COMPONENTS, FAMILIES, cuda_key
+
+
+def _flavors_text(stack: Stack) -> str:
+    return ", ".join(f"{f} (default)" if f == stack.driver.default_module_flavor else f
+                     for f in stack.driver.module_flavors)
+
+
+def stack_rows(matrix: StackMatrix) -> list[dict[str, str]]:
+    """One row per stack, oldest CUDA first, for ``provisioner stacks list``."""
+    return [{
+        "stack": s.name,
+        "default": "yes" if s.name == matrix.default_stack else "",
+        "driver": f"R{s.driver.branch} {s.driver.version}",
+        "module_flavors": _flavors_text(s),
+        "cuda": s.cuda_toolkit_version,
+        "cudnn": s.cudnn.version,
+        "nccl": s.nccl.version,
+        "container_toolkit": s.container_toolkit.version,
+        "fabricmanager": s.fabricmanager.version,
+        "dcgm": s.dcgm.version,
+        "os": ", ".join(s.os_support),
+    } for s in matrix.stacks_by_cuda()]
+
+
+def _packages(matrix: StackMatrix, stack: Stack) -> dict[str, dict[str, Any]]:
+    def pins(component: str, family: str, flavor: str) -> list[str]:
+        return [f"{name} {version}" for name, version in stack_pins(
+            stack, matrix.fabricmanager_unsuffixed_from_branch, component, family, flavor)]
+
+    flavor = stack.driver.default_module_flavor
+    return {family: {
+        "driver": {f: pins("driver", family, f) for f in stack.driver.module_flavors},
+        **{component: pins(component, family, flavor) for component in COMPONENTS[1:]},
+    } for family in FAMILIES}
+
+
+def stack_detail(matrix: StackMatrix, name: str) -> dict[str, Any]:
+    """Everything about one stack, for ``provisioner stacks show NAME``."""
+    stack = matrix.stacks.get(name)
+    if stack is None:
+        raise InputError(f"stack {name} is not known; choose one of {matrix.stack_names()}")
+    supported = sorted(a for a, spec in matrix.architectures.items()
+                       if stack.driver.branch >= spec.min_driver_branch
+                       and (spec.max_cuda_version is None
+                            or cuda_key(stack.cuda_version) <= cuda_key(spec.max_cuda_version)))
+    return {
+        "stack": stack.name,
+        "default": stack.name == matrix.default_stack,
+        "cuda_version": stack.cuda_version,
+        "cuda_toolkit_version": stack.cuda_toolkit_version,
+        "cuda_minimum_driver": matrix.minimum_driver(stack.cuda_version),
+        "driver_branch": stack.driver.branch,
+        "driver_version": stack.driver.version,
+        "module_flavors": list(stack.driver.module_flavors),
+        "default_module_flavor": stack.driver.default_module_flavor,
+        "cudnn_version": stack.cudnn.version,
+        "nccl_version": stack.nccl.version,
+        "container_toolkit_version": stack.container_toolkit.version,
+        "fabricmanager_version": stack.fabricmanager.version,
+        "dcgm_version": stack.dcgm.version,
+        "os_support": list(stack.os_support),
+        "architectures": supported,
+        "packages": _packages(matrix, stack),
+    }

@@ -1,0 +1,22 @@
+"""Host variables whose pins tests/fixtures/package_pins.json records: each override changes
+what a package name or version is derived from (driver branch, CUDA major, cuDNN, NCCL,
+Container Toolkit, fabric manager)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OVERRIDE_CASES: dict[str, dict[str, Any]] = {
+    "driver-same-branch": {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.127.05"},
+    "driver-to-r580": {"gpu_stack": "cuda-12.9", "nvidia_driver_version": "580.95.05"},
+    "driver-open-old-branch": {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "535.183.01",
+                               "nvidia_driver_module_flavor": "open"},
+    "cuda-13-on-12.8": {"gpu_stack": "cuda-12.8", "cuda_version": "13.0.2",
+                        "nvidia_driver_version": "580.95.05", "cudnn_version": "9.13.0.50",
+                        "nccl_version": "2.28.3-1+cuda13.0"},
+    "cuda-minor": {"gpu_stack": "cuda-12.8", "cuda_version": "12.6"},
+    "cudnn-short": {"gpu_stack": "cuda-12.6", "cudnn_version": "9.8.0"},
+    "nccl": {"gpu_stack": "cuda-12.6", "nccl_version": "2.21.5-1+cuda12.4"},
+    "ctk-with-suffix": {"gpu_stack": "cuda-12.4", "nvidia_container_toolkit_version": "1.17.7-1"},
+    "fabricmanager": {"gpu_stack": "cuda-12.9", "nvidia_fabricmanager_version": "575.64.05"},
+}
