@@ -25,7 +25,6 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, InputError
@@ -181,7 +180,7 @@ def simulated_driver_package(
     name: str,
     version: str,
     cuda_version: str,
-    nvidia_smi_script: str,
+    nvidia_smi_script: bytes | str,
     *,
     depends: Sequence[str] = (),
     provides: Sequence[str] = (),
@@ -202,13 +201,6 @@ def simulated_driver_package(
         },
         modes={"/usr/bin/nvidia-smi": 0o755},
         description=description or f"NVIDIA driver {upstream} (simulated nvidia-smi only)",
-    )
-
-
-def nvidia_smi_script() -> str:
-    """The simulated ``nvidia-smi`` shipped in this package (``sim/files/nvidia-smi-sim``)."""
-    return (resources.files("provisioner.sim") / "files" / "nvidia-smi-sim").read_text(
-        encoding="utf-8"
     )
 
 

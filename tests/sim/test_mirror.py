@@ -15,6 +15,7 @@ import pytest
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.sim import mirror
+from provisioner.sim.bundle import tool_script
 from provisioner.sim.mirror import (
     SigningKey,
     SimPackage,
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.skipif(
 def packages(nccl_version: str = "2.21.5-1+cuda12.4") -> list[SimPackage]:
     return [
         simulated_driver_package("nvidia-driver", "550.54.15-1", "12.4",
-                                 mirror.nvidia_smi_script(), depends=("libc6",)),
+                                 tool_script("nvidia_smi"), depends=("libc6",)),
         SimPackage(
             name="libnccl2",
             version=nccl_version,
