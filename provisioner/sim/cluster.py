@@ -324,15 +324,6 @@ def _addresses(spec: SimSpec) -> dict[str, str]:
     return out
 
 
-def gateway_address() -> str:
-    info = podman.inspect("network", NETWORK) or {}
-    subnets: Iterable[Mapping[str, Any]] = info.get("subnets") or []
-    for subnet in subnets:
-        if subnet.get("gateway"):
-            return str(subnet["gateway"])
-    raise EnvironmentProblem(f"podman network {NETWORK} has no gateway")
-
-
 def _wait_for_ssh(addresses: Mapping[str, str], say: Progress, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     pending = dict(addresses)
