@@ -224,3 +224,8 @@ def test_sim_up_help_lists_the_registry() -> None:
                          timeout=120, check=False)
     assert out.returncode == 0
     assert faults.help_text() in out.stdout
+
+
+def test_the_readme_names_every_fault() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert [kind.template for kind in FAULT_KINDS if f"`{kind.template}`" not in readme] == []
