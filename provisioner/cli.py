@@ -177,16 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="the local simulated cluster (podman)")
     simsub = sim.add_subparsers(dest="sim_command", required=True, parser_class=_Parser)
-    simup = simsub.add_parser("up", help="start (or reuse) the simulated cluster")
+    from provisioner.sim.faults import help_text as faults_help
+
+    simup = simsub.add_parser("up", help="start (or reuse) the simulated cluster",
+                              epilog=faults_help(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     simup.add_argument("--nodes", type=int, default=3,
                        help="total nodes: 1 CPU login node + N-1 GPU nodes (default 3); "
                        "--nodes 1 is a single GPU node")
     simup.add_argument("--profile", default="sim-h100-8gpu")
-    simup.add_argument("--fault", action="append", default=[],
+    simup.add_argument("--fault", action="append", default=[], metavar="[NODE:]FAULT",
                        help="inject a simulated fault on every GPU node (gpu3-nvlink-down) or one "
-                       "(sim-gpu-2:gpu3-nvlink-down); repeatable. Kinds: gpuN-missing, "
-                       "gpuN-nvlink-down, gpuN-nvlink-linkK-down, gpuN-ecc-uncorrectable, "
-                       "gpuN-pcie-downgrade, gpuN-xid-NN, mlx5_N-down, mlx5_N-half-rate")
+                       "(sim-gpu-2:gpu3-nvlink-down); repeatable; the faults are listed below")
     simup.add_argument("--inventory-dir", default=None,
                        help="where to write hosts.yml (default: inventories/sim)")
     simup.add_argument("--recreate", action="store_true")

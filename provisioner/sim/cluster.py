@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import socket
 import subprocess
 import tarfile
@@ -27,9 +26,11 @@ import yaml
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import cache_dir
 from provisioner.sim import podman
+from provisioner.sim.faults import fault_file_text, for_node, kernel_log, parse_faults, validate
 from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
+from provisioner.sim.tools.node import HGX_BUS_NUMBERS
 
 NETWORK = "gpuc-sim"
 MIRROR = "gpuc-sim-mirror"
@@ -113,6 +114,9 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     """Start (or reuse, when identical and running) the simulated cluster; write the inventory."""
     if spec.gpu_nodes < 1 or spec.gpu_nodes + spec.cpu_nodes > 64:
         raise InputError("sim up: --nodes must give at least 1 GPU node and at most 64 nodes")
+    names = spec.node_names()
+    validate(spec.faults, profile_json, [name for name, group in names if group == "gpu_nodes"],
+             [name for name, group in names if group != "gpu_nodes"])
     podman.check_usable()
     say = progress or (lambda _msg: None)
     # SSH material lives outside the inventory directory: Ansible parses every file in it.
@@ -160,18 +164,6 @@ def _build_mirror() -> Mirror:
     return build_mirror(mirror_dir(), STACKS_FILE)
 
 
-def faults_for(node: str, faults: Iterable[str]) -> list[str]:
-    """Faults apply to every GPU node, or to one node when written NODE:FAULT."""
-    out = []
-    for fault in faults:
-        target, sep, what = fault.partition(":")
-        if not sep:
-            out.append(fault)
-        elif target == node:
-            out.append(what)
-    return out
-
-
 def _labels(spec: SimSpec) -> list[str]:
     out: list[str] = []
     for key, value in {**SCOPE, SPEC_LABEL: spec.digest()}.items():
@@ -217,7 +209,7 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key", priv, 0o600)
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key.pub", (pub + "\n").encode(), 0o644)
         for path, data, mode in sim_files(group, dict(profile_json, hostname=name),
-                                          faults_for(name, spec.faults), kernel):
+                                          for_node(name, spec.faults), kernel):
             if data is None:
                 _add_dir(tar, path, mode)
             elif mode == -1:
@@ -250,26 +242,13 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         out += [
             ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
              0o644),
-            ("etc/gpu-sim/faults", "".join(f"{f}\n" for f in faults).encode(), 0o644),
+            ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
             ("etc/gpu-sim/pci-devices", _lspci_lines(profile_json).encode(), 0o644),
             ("var/lib/gpu-sim", None, 0o755),
-            ("var/lib/gpu-sim/dmesg", _sim_kernel_log(faults).encode(), 0o644),
+            ("var/lib/gpu-sim/dmesg", kernel_log(parse_faults(faults)).encode(), 0o644),
         ]
         out += _ib_tree(profile_json, faults)
     return out
-
-
-def _sim_kernel_log(faults: Iterable[str]) -> str:
-    """Kernel log lines for gpuN-xid-NN faults, in dmesg's format."""
-    lines = []
-    for fault in faults:
-        m = re.fullmatch(r"gpu(\d+)-xid-(\d+)", fault)
-        if m:
-            gpu, code = int(m.group(1)), int(m.group(2))
-            bus = HGX_BUS_IDS[gpu] if gpu < len(HGX_BUS_IDS) else f"{0xe0 + gpu:02x}"
-            lines.append(f"[  412.{gpu:06d}] NVRM: Xid (PCI:0000:{bus}:00): {code}, pid=0, "
-                         "name=python3, SIMULATED fault injected by gpu-cluster-provisioner")
-    return "".join(f"{line}\n" for line in lines)
 
 
 def _ib_tree(profile_json: Mapping[str, Any],
@@ -292,8 +271,8 @@ def _ib_tree(profile_json: Mapping[str, Any],
     return out
 
 
-# Realistic HGX bus ids (8-GPU baseboard), reused by the simulated nvidia-smi.
-HGX_BUS_IDS = ("19", "3b", "4c", "5d", "9b", "bb", "cb", "db")
+# Realistic HGX bus ids (8-GPU baseboard), the ones the simulated nvidia-smi reports.
+HGX_BUS_IDS = tuple(f"{bus:02x}" for bus in HGX_BUS_NUMBERS)
 
 
 def _lspci_lines(profile: Mapping[str, Any]) -> str:

@@ -22,10 +22,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, InputError
@@ -178,14 +177,7 @@ class SigningKey:
 
 
 def simulated_driver_package(
-    name: str,
-    version: str,
-    cuda_version: str,
-    nvidia_smi_script: str,
-    *,
-    depends: Sequence[str] = (),
-    provides: Sequence[str] = (),
-    description: str | None = None,
+    name: str, version: str, cuda_version: str, nvidia_smi_script: bytes | str
 ) -> SimPackage:
     """A driver package installing the simulated ``/usr/bin/nvidia-smi`` and the version files
     it reads (no version files, no driver: the simulated tool then fails like the real one)."""
@@ -193,22 +185,13 @@ def simulated_driver_package(
     return SimPackage(
         name=name,
         version=version,
-        depends=tuple(depends),
-        provides=tuple(provides),
         files={
             "/usr/bin/nvidia-smi": nvidia_smi_script,
             "/usr/lib/gpu-sim/driver-version": f"{upstream}\n",
             "/usr/lib/gpu-sim/cuda-version": f"{cuda_version}\n",
         },
         modes={"/usr/bin/nvidia-smi": 0o755},
-        description=description or f"NVIDIA driver {upstream} (simulated nvidia-smi only)",
-    )
-
-
-def nvidia_smi_script() -> str:
-    """The simulated ``nvidia-smi`` shipped in this package (``sim/files/nvidia-smi-sim``)."""
-    return (resources.files("provisioner.sim") / "files" / "nvidia-smi-sim").read_text(
-        encoding="utf-8"
+        description=f"NVIDIA driver {upstream} (simulated nvidia-smi only)",
     )
 
 

@@ -2,9 +2,10 @@
 
 Every package of every stack that supports Debian 12 gets a stand-in with the real upstream name
 and version (so pinning, holding and version checks are the real ones). Contents are tiny
-simulated tools: nvidia-smi (answers from /etc/gpu-sim/profile.json), nvidia-persistenced,
-nv-fabricmanager and nv-hostengine (idle daemons), nvcc --version, nvidia-ctk (CDI spec) and
-dcgmi diag, plus the version headers (cudnn_version.h, nccl.h) the verify steps read.
+simulated tools (``provisioner.sim.tools``, bundled by ``provisioner.sim.bundle``): nvidia-smi
+(answers from /etc/gpu-sim/profile.json), nvidia-persistenced, nv-fabricmanager and
+nv-hostengine (idle daemons), nvcc --version, nvidia-ctk (CDI spec) and dcgmi diag, plus the
+version headers (cudnn_version.h, nccl.h) the verify steps read.
 """
 
 from __future__ import annotations
@@ -12,18 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from provisioner.matrix import COMPONENTS, FLAVORS, StackMatrix, load_matrix
 from provisioner.matrix.packages import stack_pins
+from provisioner.sim.bundle import daemon_script, tool_script
 from provisioner.sim.mirror import (
     SimPackage,
     build_flat_repo,
     build_packages,
     ensure_signing_key,
-    nvidia_smi_script,
     simulated_driver_package,
 )
 
@@ -31,10 +31,6 @@ OS_DIR = "debian12"
 CUDA_REPO = f"cuda/{OS_DIR}/x86_64"
 CTK_REPO = "libnvidia-container/stable/deb/amd64"
 KEY_PATH = "keys/mirror.asc"
-
-
-def _tool(name: str) -> str:
-    return (resources.files("provisioner.sim") / "files" / name).read_text(encoding="utf-8")
 
 
 def _upstream(version: str) -> str:
@@ -50,19 +46,14 @@ def _unit(description: str, exec_start: str) -> str:
             "WantedBy=multi-user.target\n")
 
 
-def _daemon(name: str) -> str:
-    return _tool("daemon-sim").replace("@NAME@", name)
-
-
 def package_for(component: str, flavor: str | None, name: str, version: str,
                 stack: Mapping[str, Any]) -> SimPackage:
     up = _upstream(version)
     if component == "driver" and name.startswith("cuda-drivers"):
         base = simulated_driver_package(name, version, str(stack["cuda_version"]),
-                                        nvidia_smi_script())
-        persist = _tool("daemon-sim").replace("@NAME@", "nvidia-persistenced").replace(
-            'exec sleep infinity', '/usr/bin/nvidia-smi -pm 1 >/dev/null 2>&1 || true\n'
-                                   'exec sleep infinity')
+                                        tool_script("nvidia_smi"))
+        persist = daemon_script("nvidia-persistenced",
+                                before_idle="/usr/bin/nvidia-smi -pm 1 >/dev/null 2>&1 || true\n")
         files = dict(base.files)
         files.update({
             "/usr/bin/nvidia-persistenced": persist,
@@ -79,7 +70,7 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
         }, description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
     if component == "fabricmanager" and "fabricmanager" in name:
         return SimPackage(name=name, version=version, files={
-            "/usr/bin/nv-fabricmanager": _daemon("nv-fabricmanager"),
+            "/usr/bin/nv-fabricmanager": daemon_script("nv-fabricmanager"),
             "/usr/lib/gpu-sim/fabricmanager-version": f"{up}\n",
             "/lib/systemd/system/nvidia-fabricmanager.service":
                 _unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager"),
@@ -88,7 +79,7 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
     if component == "cuda_toolkit":
         cuda = str(stack["cuda_version"])
         prefix = f"/usr/local/cuda-{cuda}"
-        nvcc = _tool("nvcc-sim").replace("@CUDA@", cuda).replace("@TOOLKIT@", up)
+        nvcc = tool_script("nvcc", release=cuda, toolkit=up)
         return SimPackage(name=name, version=version, files={
             f"{prefix}/bin/nvcc": nvcc,
             f"{prefix}/version.json": f'{{"cuda": {{"name": "CUDA SDK", "version": "{up}"}}}}\n',
@@ -114,15 +105,15 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
         }, description=f"NCCL {up} headers (simulated)")
     if component == "container_toolkit" and name == "nvidia-container-toolkit-base":
         return SimPackage(name=name, version=version, files={
-            "/usr/bin/nvidia-ctk": _tool("nvidia-ctk-sim").replace("@VERSION@", up),
+            "/usr/bin/nvidia-ctk": tool_script("nvidia_ctk", version=up),
             "/usr/bin/nvidia-container-runtime": "#!/bin/sh\necho 'SIMULATED runtime' >&2\n"
                                                  "exit 1\n",
         }, modes={"/usr/bin/nvidia-ctk": 0o755, "/usr/bin/nvidia-container-runtime": 0o755},
             description=f"NVIDIA Container Toolkit {up} CLI (simulated)")
     if component == "dcgm" and (name == "datacenter-gpu-manager" or name.endswith("-core")):
         return SimPackage(name=name, version=version, files={
-            "/usr/bin/dcgmi": _tool("dcgmi-sim").replace("@VERSION@", up),
-            "/usr/bin/nv-hostengine": _daemon("nv-hostengine"),
+            "/usr/bin/dcgmi": tool_script("dcgmi", version=up),
+            "/usr/bin/nv-hostengine": daemon_script("nv-hostengine"),
             "/lib/systemd/system/nvidia-dcgm.service":
                 _unit("NVIDIA DCGM host engine", "/usr/bin/nv-hostengine"),
         }, modes={"/usr/bin/dcgmi": 0o755, "/usr/bin/nv-hostengine": 0o755},

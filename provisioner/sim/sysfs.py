@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import InputError
+from provisioner.sim.faults import parse_faults
 
 MARKER_NAME = "SIMULATED"
 MARKER_TEXT = "SIMULATED: written by gpu-cluster-provisioner; this HCA does not exist.\n"
@@ -41,7 +42,6 @@ _ADAPTERS: dict[int, tuple[str, str]] = {
     100: ("16.35.2000", "MT4119"),
 }
 _FABRIC_LINK_LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
-_FAULT = re.compile(r"mlx5_(\d+)-(down|half-rate)")
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ def _rate_text(rate_gbps: int, width: int) -> str:
 
 
 def _parse_faults(faults: Iterable[str]) -> dict[int, set[str]]:
-    """HCA faults by device number; every other line (GPU faults, junk) is ignored."""
+    """HCA fault kinds (``hca-down``, ``hca-half-rate``) by device number; every other line
+    (GPU faults, junk) is ignored."""
     by_hca: dict[int, set[str]] = {}
-    for raw in faults:
-        match = _FAULT.fullmatch(raw.split("#", 1)[0].strip())
-        if match:
-            by_hca.setdefault(int(match.group(1)), set()).add(match.group(2))
+    for fault in parse_faults(faults):
+        if fault.hca is not None:
+            by_hca.setdefault(fault.hca, set()).add(fault.kind.key)
     return by_hca
 
 
@@ -81,10 +81,10 @@ def _int_field(profile: Mapping[str, Any], key: str, default: int) -> int:
 
 
 def _port(link_layer: str, rate_gbps: int, faults: set[str]) -> _Port:
-    if "down" in faults:
+    if "hca-down" in faults:
         return _Port("1: DOWN", _DOWN_PHYS_STATE[link_layer], _DOWN_RATE, link_layer)
     # A half-rate link trained on two of its four lanes: same signalling, half the width.
-    width = _PORT_WIDTH // 2 if "half-rate" in faults else _PORT_WIDTH
+    width = _PORT_WIDTH // 2 if "hca-half-rate" in faults else _PORT_WIDTH
     return _Port("4: ACTIVE", "5: LinkUp", _rate_text(rate_gbps, width), link_layer)
 
 
@@ -133,7 +133,7 @@ def write_ib_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]
         }
         for counter in _ERROR_COUNTERS:
             # A link that went down once counts it, as link_downed does on real ports.
-            value = 1 if counter == "link_downed" and "down" in hca_faults else 0
+            value = 1 if counter == "link_downed" and "hca-down" in hca_faults else 0
             files[f"ports/1/counters/{counter}"] = f"{value}\n"
         for relative, text in files.items():
             _write_if_changed(device / relative, text)

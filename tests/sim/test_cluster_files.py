@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from provisioner.profiles import load_profiles
-from provisioner.sim.cluster import SimSpec, faults_for, sim_files
+from provisioner.sim.cluster import SimSpec, sim_files
+from provisioner.sim.faults import for_node
 from provisioner.sim.image import image_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
@@ -32,8 +33,8 @@ def test_node_names_and_spec_digest() -> None:
 
 def test_faults_apply_to_all_or_to_one_node() -> None:
     faults = ["gpu3-nvlink-down", "sim-gpu-2:mlx5_1-down"]
-    assert faults_for("sim-gpu-1", faults) == ["gpu3-nvlink-down"]
-    assert faults_for("sim-gpu-2", faults) == ["gpu3-nvlink-down", "mlx5_1-down"]
+    assert for_node("sim-gpu-1", faults) == ["gpu3-nvlink-down"]
+    assert for_node("sim-gpu-2", faults) == ["gpu3-nvlink-down", "mlx5_1-down"]
 
 
 def test_every_node_is_marked_simulated_with_simulated_headers() -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.sim import mirror
+from provisioner.sim.bundle import tool_script
 from provisioner.sim.mirror import (
     SigningKey,
     SimPackage,
@@ -35,10 +36,11 @@ pytestmark = pytest.mark.skipif(
 def packages(nccl_version: str = "2.21.5-1+cuda12.4") -> list[SimPackage]:
     return [
         simulated_driver_package("nvidia-driver", "550.54.15-1", "12.4",
-                                 mirror.nvidia_smi_script(), depends=("libc6",)),
+                                 tool_script("nvidia_smi")),
         SimPackage(
             name="libnccl2",
             version=nccl_version,
+            depends=("libc6",),
             provides=("libnccl",),
             files={"/usr/lib/x86_64-linux-gnu/libnccl.so.2": b"\x7fELF simulated"},
             description="NVIDIA Collective Communication Library (NCCL) Runtime",
@@ -96,7 +98,7 @@ def test_packages_carry_exact_versions_and_simulated_markers(tmp_path: Path) -> 
     assert control_field(nccl, "Version") == "2.21.5-1+cuda12.4"
     assert control_field(nccl, "Provides") == "libnccl"
     assert control_field(driver, "Version") == "550.54.15-1"
-    assert control_field(driver, "Depends") == "libc6"
+    assert control_field(nccl, "Depends") == "libc6"
     assert control_field(keyring, "Architecture") == "all"
     for deb in debs:
         assert control_field(deb, "Description").startswith("SIMULATED: ")

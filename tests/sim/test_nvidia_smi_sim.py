@@ -1,12 +1,11 @@
-"""The simulated nvidia-smi, run as a subprocess against a temporary GPU_SIM_ROOT."""
+"""The simulated nvidia-smi as installed (bundled), run as a subprocess against a temporary
+GPU_SIM_ROOT."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "provisioner" / "sim" / "files" / "nvidia-smi-sim"
+from tests.sim.conftest import Bundled, run_tool
 
 H100_NODE: dict[str, Any] = {
     "gpu_model": "NVIDIA H100 80GB HBM3",
@@ -40,6 +39,7 @@ DRIVER_FAILURE = (
 )
 
 Smi = Callable[..., subprocess.CompletedProcess[str]]
+RunSmi = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def make_node(root: Path, profile: dict[str, Any], driver: str = "550.54.15",
@@ -52,16 +52,18 @@ def make_node(root: Path, profile: dict[str, Any], driver: str = "550.54.15",
     (root / "usr/lib/gpu-sim/cuda-version").write_text(f"{cuda}\n")
 
 
-def run_smi(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        env={**os.environ, "GPU_SIM_ROOT": str(root)},
-        capture_output=True, text=True, timeout=30, check=False,
-    )
+@pytest.fixture
+def run_smi(bundled: Bundled) -> RunSmi:
+    """``run_smi(root, *args)``: the installed nvidia-smi on the node under ``root``."""
+
+    def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_tool(bundled("nvidia_smi"), root, *args)
+
+    return run
 
 
 @pytest.fixture
-def smi(tmp_path: Path) -> Smi:
+def smi(tmp_path: Path, run_smi: RunSmi) -> Smi:
     """nvidia-smi on a healthy 8x H100 node; ``smi(*args, faults=(...))`` injects faults."""
 
     def call(*args: str, faults: tuple[str, ...] = (),
@@ -249,7 +251,7 @@ def test_compute_apps_query_lists_no_process(smi: Smi) -> None:
 # --- errors ----------------------------------------------------------------------------------
 
 
-def test_missing_driver_exits_9(tmp_path: Path) -> None:
+def test_missing_driver_exits_9(tmp_path: Path, run_smi: RunSmi) -> None:
     make_node(tmp_path, H100_NODE)
     (tmp_path / "usr/lib/gpu-sim/driver-version").unlink()
     for args in ((), ("-L",), ("-q", "-x"), ("--query-gpu=index", "--format=csv")):
@@ -265,7 +267,7 @@ def test_unknown_option_exits_2(smi: Smi) -> None:
     assert smi("nvlink", "--frobnicate").returncode == 2
 
 
-def test_no_profile_means_no_devices(tmp_path: Path) -> None:
+def test_no_profile_means_no_devices(tmp_path: Path, run_smi: RunSmi) -> None:
     make_node(tmp_path, H100_NODE)
     (tmp_path / "etc/gpu-sim/profile.json").unlink()
     result = run_smi(tmp_path, "-L")
@@ -275,7 +277,7 @@ def test_no_profile_means_no_devices(tmp_path: Path) -> None:
 # --- persistence mode ------------------------------------------------------------------------
 
 
-def test_persistence_mode_is_stored_per_gpu(tmp_path: Path) -> None:
+def test_persistence_mode_is_stored_per_gpu(tmp_path: Path, run_smi: RunSmi) -> None:
     make_node(tmp_path, H100_NODE)
     out = ok(run_smi(tmp_path, "-pm", "1")).splitlines()
     assert out == [f"Enabled Legacy persistence mode for GPU {bus}." for bus in HGX_BUS_IDS] + [

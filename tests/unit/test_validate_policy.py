@@ -15,10 +15,9 @@ from gpucluster.nvsmi_xml import parse_nvidia_smi_xml
 from gpucluster.validate import evaluate
 
 from provisioner.profiles import load_profiles
+from provisioner.sim.bundle import tool_script
 from provisioner.sim.sysfs import write_ib_sysfs
 
-ROOT = Path(__file__).resolve().parents[2]
-SMI = ROOT / "provisioner" / "sim" / "files" / "nvidia-smi-sim"
 PROFILE = load_profiles()["sim-h100-8gpu"]
 
 
@@ -31,9 +30,12 @@ def node_facts(tmp_path: Path, faults: list[str]) -> dict[str, Any]:
     (tmp_path / "usr/lib/gpu-sim/driver-version").write_text("580.95.05\n")
     (tmp_path / "usr/lib/gpu-sim/cuda-version").write_text("13.0\n")
     env = {**os.environ, "GPU_SIM_ROOT": str(tmp_path)}
+    smi_bin = tmp_path / "nvidia-smi"  # as the simulated driver package installs it
+    smi_bin.write_bytes(tool_script("nvidia_smi"))
+    smi_bin.chmod(0o755)
 
     def smi(*args: str) -> str:
-        return subprocess.run([str(SMI), *args], capture_output=True, text=True, env=env,
+        return subprocess.run([str(smi_bin), *args], capture_output=True, text=True, env=env,
                               check=True).stdout
 
     write_ib_sysfs(tmp_path / "ib", data, faults)

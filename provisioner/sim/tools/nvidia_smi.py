@@ -1,7 +1,7 @@
-#!/usr/bin/python3
 """SIMULATED nvidia-smi for gpu-cluster-provisioner's simulated cluster (no GPU is present).
 
-Installed as /usr/bin/nvidia-smi by a simulated driver package. It answers from the node's
+Installed as /usr/bin/nvidia-smi by a simulated driver package (bundled with the modules it
+imports into one stdlib-only script, see provisioner.sim.bundle). It answers from the node's
 hardware profile so that the real parsers, checks and reports run against realistic output:
 
   $GPU_SIM_ROOT/etc/gpu-sim/profile.json     the simulated hardware (GPU model, count, NVLink...)
@@ -10,8 +10,10 @@ hardware profile so that the real parsers, checks and reports run against realis
                                              absent means "driver not loaded" (exit 9)
   $GPU_SIM_ROOT/var/lib/gpu-sim/persistence  persistence mode state (written by -pm)
 
-GPU_SIM_ROOT defaults to "/". Faults name GPUs by physical slot (gpu3 is the fourth GPU of the
-profile); when a GPU is missing, the others are re-enumerated like the real driver does.
+GPU_SIM_ROOT defaults to "/". Faults (defined in provisioner.sim.faults) name GPUs by physical
+slot (gpu3 is the fourth GPU of the profile); when a GPU is missing, the others are
+re-enumerated like the real driver does. The driver-other-version fault makes it report a
+driver one branch above the installed one.
 Human-readable outputs say SIMULATED; machine-readable ones keep the real tool's exact format.
 Standard library only: it runs on the nodes' own python3.
 """
@@ -26,6 +28,18 @@ import re
 import sys
 from typing import Any, NoReturn
 
+from provisioner.sim.faults import Fault, has_fault, other_driver_version, read_fault_file
+from provisioner.sim.tools.node import (
+    CUDA_VERSION_FILE,
+    DRIVER_VERSION_FILE,
+    FAULTS_FILE,
+    PERSISTENCE_FILE,
+    PROFILE_FILE,
+    gpu_bus,
+    read_text,
+    sim_path,
+)
+
 SIM_MARKER = "SIMULATED: gpu-cluster-provisioner simulated GPU node, no real GPU present"
 
 EXIT_OK = 0
@@ -38,10 +52,6 @@ DRIVER_FAILURE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"
 )
-
-# Bus numbers of the GPU baseboard on common 8-GPU HGX servers, in enumeration order (the same
-# as the simulated lspci in sim/cluster.py; GPUs past the eighth get 0xE0 + slot there too).
-HGX_BUS_NUMBERS = (0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB)
 
 # PCI subsystem device ids of the baseboard variants (else the device id is reported).
 SUBSYSTEM_IDS = {"2330": "16C1"}
@@ -132,56 +142,35 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def sim_path(relative: str) -> str:
-    return os.path.join(os.environ.get("GPU_SIM_ROOT") or "/", relative.lstrip("/"))
-
-
-def read_text(relative: str) -> str | None:
-    try:
-        with open(sim_path(relative), encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
 def die(message: str, code: int, stream: Any = None) -> NoReturn:
     (stream or sys.stdout).write(message)
     sys.exit(code)
 
 
 def load_profile() -> dict[str, Any] | None:
-    text = read_text("/etc/gpu-sim/profile.json")
+    text = read_text(PROFILE_FILE)
     if text is None:
         return None
     try:
         profile = json.loads(text)
     except ValueError as exc:
-        die(f"SIMULATED nvidia-smi: {sim_path('/etc/gpu-sim/profile.json')} is not valid "
+        die(f"SIMULATED nvidia-smi: {sim_path(PROFILE_FILE)} is not valid "
             f"JSON ({exc}): rewrite it from the hardware profile\n", 1, sys.stderr)
     if not isinstance(profile, dict) or "gpu_model" not in profile or "gpu_count" not in profile:
-        die(f"SIMULATED nvidia-smi: {sim_path('/etc/gpu-sim/profile.json')} needs at least "
+        die(f"SIMULATED nvidia-smi: {sim_path(PROFILE_FILE)} needs at least "
             "gpu_model and gpu_count\n", 1, sys.stderr)
     return profile
 
 
-def load_faults() -> dict[int, set[str]]:
-    """Faults per physical GPU slot: 'missing', 'nvlink-down', 'nvlink-linkK-down', ..."""
-    faults: dict[int, set[str]] = {}
-    for raw in (read_text("/etc/gpu-sim/faults") or "").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        match = re.fullmatch(
-            r"gpu(\d+)-(missing|nvlink-down|nvlink-link\d+-down|ecc-uncorrectable|pcie-downgrade)",
-            line,
-        )
-        if match:
-            faults.setdefault(int(match.group(1)), set()).add(match.group(2))
-    return faults
+def load_faults() -> list[Fault]:
+    """The node's injected faults (``/etc/gpu-sim/faults``)."""
+    return read_fault_file(read_text(FAULTS_FILE) or "")
 
 
 def load_persistence(count: int) -> dict[int, bool]:
     """Per-slot persistence mode; the file holds "<slot> Enabled|Disabled" lines (or one word)."""
     state = dict.fromkeys(range(count), False)
-    for line in (read_text("/var/lib/gpu-sim/persistence") or "").splitlines():
+    for line in (read_text(PERSISTENCE_FILE) or "").splitlines():
         parts = line.split()
         if len(parts) == 1:
             state = dict.fromkeys(range(count), parts[0].lower() in ("enabled", "1", "on"))
@@ -217,7 +206,7 @@ def host_numa_nodes() -> list[tuple[int, str]]:
 class Gpu:
     """One simulated GPU as the driver would report it."""
 
-    def __init__(self, node: Node, slot: int, index: int, faults: set[str]) -> None:
+    def __init__(self, node: Node, slot: int, index: int, faults: list[Fault]) -> None:
         profile = node.profile
         self.slot = slot
         self.index = index
@@ -231,7 +220,7 @@ class Gpu:
             self.bus_id = str(bus_ids[slot]).upper()
             self.bus = int(self.bus_id.split(":")[1], 16)
         else:
-            self.bus = HGX_BUS_NUMBERS[slot] if slot < len(HGX_BUS_NUMBERS) else 0xE0 + slot
+            self.bus = gpu_bus(slot)
             self.bus_id = f"00000000:{self.bus:02X}:00.0"
         # Every GPU reports the first id, as the simulated lspci (sim/cluster.py) does.
         device_ids = profile.get("pci_device_ids") or ["10de:2330"]
@@ -261,23 +250,22 @@ class Gpu:
         self.pcie_width_max = int(profile.get("pcie_width", 16))
         self.pcie_gen = self.pcie_gen_max
         self.pcie_width = self.pcie_width_max
-        if "pcie-downgrade" in faults:
+        if has_fault(faults, "pcie-downgrade"):
             self.pcie_gen = max(1, self.pcie_gen_max - 1)
             self.pcie_width = max(1, self.pcie_width_max // 2)
         # ECC: an uncorrectable DRAM error also leaves a row remap pending until reset.
         self.dram_uncorrectable = 0
         self.remap_unc = 0
         self.remap_pending = False
-        if "ecc-uncorrectable" in faults and self.ecc_enabled:
+        if has_fault(faults, "ecc-uncorrectable") and self.ecc_enabled:
             self.dram_uncorrectable = 2
             self.remap_unc = 1
             self.remap_pending = True
         # NVLink: every link active unless a fault takes it (or all of them) down.
         links = int(profile.get("nvlink_links_per_gpu", 0))
-        self.nvlinks = [True] * links
-        for link in range(links):
-            if "nvlink-down" in faults or f"nvlink-link{link}-down" in faults:
-                self.nvlinks[link] = False
+        down = {fault.link for fault in faults if fault.kind.key == "nvlink-link-down"}
+        all_down = has_fault(faults, "nvlink-down")
+        self.nvlinks = [not (all_down or link in down) for link in range(links)]
 
     @property
     def active_links(self) -> int:
@@ -287,7 +275,8 @@ class Gpu:
 class Node:
     """The simulated node: driver, profile, faults and the GPUs that enumerate."""
 
-    def __init__(self, profile: dict[str, Any], driver: str, cuda: str) -> None:
+    def __init__(self, profile: dict[str, Any], driver: str, cuda: str,
+                 faults: list[Fault]) -> None:
         self.profile = profile
         self.driver = driver
         self.cuda = cuda
@@ -301,11 +290,10 @@ class Node:
         self.gpu_count = int(profile["gpu_count"])
         self.numa_count = int(profile.get("numa_nodes", 2 if self.gpu_count > 1 else 1))
         self.persistence = load_persistence(self.gpu_count)
-        faults = load_faults()
         self.gpus: list[Gpu] = []
         for slot in range(self.gpu_count):
-            slot_faults = faults.get(slot, set())
-            if "missing" not in slot_faults:
+            slot_faults = [fault for fault in faults if fault.gpu == slot]
+            if not has_fault(slot_faults, "missing"):
                 self.gpus.append(Gpu(self, slot, len(self.gpus), slot_faults))
         self.nvswitch = bool(profile.get("nvswitch", False))
         fabric = str(profile.get("fabric", "infiniband")).lower()
@@ -858,7 +846,7 @@ def set_persistence(node: Node, gpus: list[Gpu], value: str) -> str:
     state = dict(node.persistence)
     for gpu in gpus:
         state[gpu.slot] = enable
-    path = sim_path("/var/lib/gpu-sim/persistence")
+    path = sim_path(PERSISTENCE_FILE)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
@@ -954,15 +942,18 @@ def main(argv: list[str]) -> int:
         request = parse(argv)
     except UsageError as exc:
         die(f"{exc}\n\n", EXIT_INVALID_ARGUMENT)
-    driver = (read_text("/usr/lib/gpu-sim/driver-version") or "").strip()
-    cuda = (read_text("/usr/lib/gpu-sim/cuda-version") or "").strip()
+    driver = (read_text(DRIVER_VERSION_FILE) or "").strip()
+    cuda = (read_text(CUDA_VERSION_FILE) or "").strip()
+    faults = load_faults()
+    if driver and has_fault(faults, "driver-other-version"):
+        driver = other_driver_version(driver)
     if request["action"] == "help":
         sys.stdout.write(HELP_TEXT.format(driver=driver or "unknown", marker=SIM_MARKER))
         return EXIT_OK
     if not driver:
         die(DRIVER_FAILURE + "\n", EXIT_DRIVER_NOT_LOADED)
     profile = load_profile()
-    node = Node(profile or {"gpu_model": "", "gpu_count": 0}, driver, cuda or "N/A")
+    node = Node(profile or {"gpu_model": "", "gpu_count": 0}, driver, cuda or "N/A", faults)
     if request["action"] == "version":
         sys.stdout.write(render_version(node))
         return EXIT_OK
@@ -990,7 +981,3 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write(render_table(node, gpus))
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

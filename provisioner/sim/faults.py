@@ -1,0 +1,263 @@
+"""The faults the simulated cluster can inject: every fault is defined once, here.
+
+``provisioner sim up --fault FAULT`` injects FAULT on every GPU node, ``--fault NODE:FAULT`` on
+one. The spec is parsed and checked against the hardware profile and the node names before
+anything starts (``validate``); an unknown, misspelled or out-of-range fault is an
+``InputError``. Each GPU node then gets its faults, one per line, in ``/etc/gpu-sim/faults``:
+
+- the stand-in tools (nvidia-smi, nvidia-ctk, dcgmi, nvcc) read that file on the node through
+  ``read_fault_file`` (this module is bundled into them, see ``provisioner.sim.bundle``), so an
+  edit of the file on a running node takes effect at their next call;
+- the controller turns the Xid faults into the node's kernel log (``kernel_log``) and the HCA
+  faults into its InfiniBand sysfs tree (``provisioner.sim.sysfs``) when the node is created.
+
+Version mismatches of the headers (``/usr/include/nccl.h``, ``cudnn_version*.h``) have no fault:
+the header *is* the installed state, so a test edits it on a running node (for example
+``podman exec sim-gpu-1 sed -i 's/NCCL_MINOR .*/NCCL_MINOR 99/' /usr/include/nccl.h``).
+
+Standard library only (besides ``provisioner.errors`` and ``provisioner.sim.tools.node``, both
+stdlib-only too): it runs inside the stand-ins on the node's python3.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from provisioner.errors import InputError
+from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, gpu_bus
+
+Target = Literal["gpu", "hca", "node"]
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """One kind of fault. ``template`` is how help and errors spell it (N: GPU or HCA index,
+    K: NVLink index, NN: Xid code); ``pattern`` matches it with named groups ``gpu``,
+    ``link``, ``hca``, ``xid``."""
+
+    key: str
+    template: str
+    pattern: str
+    target: Target
+    description: str
+    node_files: tuple[str, ...]  # what it changes on the node
+    read_by: tuple[str, ...]  # which stand-in or node file shows it
+
+
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    FaultKind("missing", "gpuN-missing", r"gpu(?P<gpu>\d+)-missing", "gpu",
+              "GPU N fell off the bus: nvidia-smi and the CDI spec omit it, the others "
+              "re-enumerate", (FAULTS_FILE,), ("nvidia-smi", "nvidia-ctk")),
+    FaultKind("nvlink-down", "gpuN-nvlink-down", r"gpu(?P<gpu>\d+)-nvlink-down", "gpu",
+              "every NVLink of GPU N is inactive", (FAULTS_FILE,), ("nvidia-smi",)),
+    FaultKind("nvlink-link-down", "gpuN-nvlink-linkK-down",
+              r"gpu(?P<gpu>\d+)-nvlink-link(?P<link>\d+)-down", "gpu",
+              "NVLink K of GPU N is inactive", (FAULTS_FILE,), ("nvidia-smi",)),
+    FaultKind("ecc-uncorrectable", "gpuN-ecc-uncorrectable",
+              r"gpu(?P<gpu>\d+)-ecc-uncorrectable", "gpu",
+              "GPU N has uncorrectable DRAM ECC errors and a row remap pending; dcgmi diag "
+              "fails", (FAULTS_FILE,), ("nvidia-smi", "dcgmi")),
+    FaultKind("pcie-downgrade", "gpuN-pcie-downgrade", r"gpu(?P<gpu>\d+)-pcie-downgrade", "gpu",
+              "GPU N's PCIe link trained one generation lower at half width", (FAULTS_FILE,),
+              ("nvidia-smi",)),
+    FaultKind("xid", "gpuN-xid-NN", r"gpu(?P<gpu>\d+)-xid-(?P<xid>\d+)", "gpu",
+              "the kernel log holds an Xid NN event of GPU N", (KERNEL_LOG,), ("dmesg",)),
+    FaultKind("hca-down", "mlx5_N-down", r"mlx5_(?P<hca>\d+)-down", "hca",
+              "the port of HCA mlx5_N is down (link_downed counted)", (IB_SYSFS,),
+              ("InfiniBand sysfs",)),
+    FaultKind("hca-half-rate", "mlx5_N-half-rate", r"mlx5_(?P<hca>\d+)-half-rate", "hca",
+              "the port of HCA mlx5_N trained at half width", (IB_SYSFS,), ("InfiniBand sysfs",)),
+    FaultKind("nvcc-other-version", "nvcc-other-version", r"nvcc-other-version", "node",
+              "nvcc --version reports a CUDA release one minor version above the installed "
+              "toolkit's", (FAULTS_FILE,), ("nvcc",)),
+    FaultKind("driver-other-version", "driver-other-version", r"driver-other-version", "node",
+              "nvidia-smi reports a driver one branch above the installed one", (FAULTS_FILE,),
+              ("nvidia-smi",)),
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault on one node, e.g. ``gpu3-nvlink-link2-down``."""
+
+    text: str
+    kind: FaultKind
+    gpu: int | None = None
+    link: int | None = None
+    hca: int | None = None
+    xid: int | None = None
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """A ``--fault`` value: a fault for every GPU node (``node`` None) or for one."""
+
+    node: str | None
+    fault: Fault
+
+    @property
+    def text(self) -> str:
+        return f"{self.node}:{self.fault.text}" if self.node else self.fault.text
+
+
+def parse_fault(text: str) -> Fault | None:
+    """The fault ``text`` names, or None when it names none."""
+    for kind in FAULT_KINDS:
+        match = re.fullmatch(kind.pattern, text)
+        if match:
+            numbers = {key: int(value) for key, value in match.groupdict().items()}
+            return Fault(text=text, kind=kind, **numbers)
+    return None
+
+
+def parse_faults(lines: Iterable[str]) -> list[Fault]:
+    """The faults of a node's fault lines, ``#`` comments and blank lines skipped. Lines naming
+    no fault are skipped too (``sim up`` writes only valid ones; a hand-edited faults file must
+    not break the node's tools)."""
+    out: list[Fault] = []
+    for raw in lines:
+        fault = parse_fault(raw.split("#", 1)[0].strip())
+        if fault is not None:
+            out.append(fault)
+    return out
+
+
+def read_fault_file(text: str) -> list[Fault]:
+    """The faults of a node's ``/etc/gpu-sim/faults`` (its text), one per line."""
+    return parse_faults(text.splitlines())
+
+
+def fault_file_text(faults: Iterable[str]) -> str:
+    """The node's ``/etc/gpu-sim/faults``."""
+    return "".join(f"{fault}\n" for fault in faults)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the faults change (shared by the stand-ins and the controller)
+# ---------------------------------------------------------------------------------------------
+
+
+def has_fault(faults: Iterable[Fault], key: str) -> bool:
+    return any(fault.kind.key == key for fault in faults)
+
+
+def other_driver_version(version: str) -> str:
+    """The driver ``driver-other-version`` reports: one branch up (550.54.15 -> 551.54.15)."""
+    branch, sep, rest = version.partition(".")
+    return f"{int(branch) + 1}{sep}{rest}" if branch.isdigit() else f"{version}.1"
+
+
+def other_cuda_version(version: str) -> str:
+    """The CUDA version ``nvcc-other-version`` reports: one minor up (12.4 -> 12.5,
+    12.4.1 -> 12.5.1)."""
+    parts = version.split(".")
+    if len(parts) < 2 or not parts[1].isdigit():
+        return f"{version}.1"
+    parts[1] = str(int(parts[1]) + 1)
+    return ".".join(parts)
+
+
+def kernel_log(faults: Iterable[Fault]) -> str:
+    """The node's kernel log: a line in dmesg's format for each Xid fault."""
+    lines = []
+    for fault in faults:
+        if fault.kind.key == "xid" and fault.gpu is not None:
+            gpu = fault.gpu
+            lines.append(f"[  412.{gpu:06d}] NVRM: Xid (PCI:0000:{gpu_bus(gpu):02x}:00): "
+                         f"{fault.xid}, pid=0, name=python3, SIMULATED fault injected by "
+                         "gpu-cluster-provisioner")
+    return "".join(f"{line}\n" for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# --fault on the controller
+# ---------------------------------------------------------------------------------------------
+
+
+def _shape(text: str, template: bool = False) -> str:
+    """Numbers and placeholders alike, so a misspelling is matched against the templates."""
+    if template:
+        text = re.sub(r"NN|N|K", "#", text)
+    return re.sub(r"\d+", "#", text.lower())
+
+
+def parse_spec(text: str) -> FaultSpec:
+    """Parse a ``--fault`` value, ``FAULT`` or ``NODE:FAULT``; InputError when unknown."""
+    node, sep, name = text.rpartition(":")
+    fault = parse_fault(name)
+    if fault is None or (sep and not node):
+        shapes = {_shape(kind.template, template=True): kind.template for kind in FAULT_KINDS}
+        close = difflib.get_close_matches(_shape(name), list(shapes), n=1, cutoff=0.6)
+        hint = (f"did you mean {shapes[close[0]]}?" if close else
+                f"the faults are {', '.join(kind.template for kind in FAULT_KINDS)}")
+        raise InputError(f"sim up: unknown fault {text!r}: {hint} "
+                         "(`provisioner sim up --help` describes them)")
+    return FaultSpec(node=node or None, fault=fault)
+
+
+def _profile_int(profile: Mapping[str, Any], key: str) -> int:
+    value = profile.get(key, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
+    fault = spec.fault
+    where = f"sim up: fault {spec.text!r}: profile {profile.get('name', '?')}"
+    gpus = _profile_int(profile, "gpu_count")
+    if fault.gpu is not None and fault.gpu >= gpus:
+        raise InputError(f"{where} has {gpus} GPUs (gpu0..gpu{gpus - 1})")
+    links = _profile_int(profile, "nvlink_links_per_gpu")
+    if fault.kind.key in ("nvlink-down", "nvlink-link-down") and links == 0:
+        raise InputError(f"{where} has no NVLink")
+    if fault.link is not None and fault.link >= links:
+        raise InputError(f"{where} has {links} NVLinks per GPU (link0..link{links - 1})")
+    if fault.hca is not None:
+        fabric = str(profile.get("fabric", "infiniband")).lower()
+        hcas = _profile_int(profile, "ib_hcas") if fabric in ("infiniband", "roce") else 0
+        if fault.hca >= hcas:
+            span = f" (mlx5_0..mlx5_{hcas - 1})" if hcas else ""
+            raise InputError(f"{where} has {hcas} HCAs{span}")
+    if fault.xid is not None and fault.xid < 1:
+        raise InputError(f"sim up: fault {spec.text!r}: an Xid code is a positive number")
+
+
+def validate(raw: Iterable[str], profile: Mapping[str, Any], gpu_nodes: Sequence[str],
+             other_nodes: Sequence[str] = ()) -> tuple[FaultSpec, ...]:
+    """Every ``--fault`` value parsed and checked against the profile (GPU, NVLink and HCA
+    indexes) and the cluster's node names; the first bad one raises InputError."""
+    specs = []
+    for text in raw:
+        spec = parse_spec(text)
+        if spec.node is not None and spec.node not in gpu_nodes:
+            what = ("is not a GPU node" if spec.node in other_nodes
+                    else "is not a node of this cluster")
+            raise InputError(f"sim up: fault {text!r}: {spec.node} {what}; the GPU nodes are "
+                             f"{', '.join(gpu_nodes)}")
+        _check_in_profile(spec, profile)
+        specs.append(spec)
+    return tuple(specs)
+
+
+def for_node(node: str, raw: Iterable[str]) -> list[str]:
+    """The faults of one node (its ``/etc/gpu-sim/faults`` lines) among ``--fault`` values."""
+    specs = [parse_spec(text) for text in raw]
+    return [spec.fault.text for spec in specs if spec.node in (None, node)]
+
+
+def help_text(width: int = 79) -> str:
+    """The fault list of ``provisioner sim up --help``, wrapped at ``width`` columns."""
+    column = max(len(kind.template) for kind in FAULT_KINDS) + 4
+    lines = textwrap.wrap("faults (--fault FAULT: on every GPU node; --fault NODE:FAULT: on one, "
+                          "e.g. sim-gpu-2:gpu3-nvlink-down):", width, break_on_hyphens=False)
+    for kind in FAULT_KINDS:
+        lines += textwrap.wrap(kind.description, width, initial_indent=f"  {kind.template}".ljust(
+            column), subsequent_indent=" " * column)
+    lines += textwrap.wrap("N and K count from 0 within the profile (GPU, HCA, NVLink); NN is "
+                           "an Xid code. Header mismatches (nccl.h, cudnn_version*.h) are no "
+                           "fault: edit the installed header on a running node.", width)
+    return "\n".join(lines) + "\n"

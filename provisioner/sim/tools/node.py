@@ -1,0 +1,42 @@
+"""The simulated node's own files, shared by the controller (which writes them) and the
+stand-in tools (which read them on the node).
+
+Standard library only: it is bundled into the stand-ins (see ``provisioner.sim.bundle``), which
+run on the node's python3. ``GPU_SIM_ROOT`` (default ``/``) relocates every path, so tests run
+the stand-ins against a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+PROFILE_FILE = "/etc/gpu-sim/profile.json"
+FAULTS_FILE = "/etc/gpu-sim/faults"
+KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
+IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
+DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
+CUDA_VERSION_FILE = "/usr/lib/gpu-sim/cuda-version"
+PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
+
+# Bus numbers of the GPU baseboard on common 8-GPU HGX servers, in enumeration order; GPUs past
+# the eighth get 0xE0 + slot. The simulated lspci, kernel log and nvidia-smi all use them.
+HGX_BUS_NUMBERS = (0x19, 0x3B, 0x4C, 0x5D, 0x9B, 0xBB, 0xCB, 0xDB)
+
+
+def gpu_bus(slot: int) -> int:
+    """The PCI bus number of the GPU in physical slot ``slot``."""
+    return HGX_BUS_NUMBERS[slot] if slot < len(HGX_BUS_NUMBERS) else 0xE0 + slot
+
+
+def sim_path(path: str) -> str:
+    """``path`` (absolute on the node) under ``GPU_SIM_ROOT``."""
+    return os.path.join(os.environ.get("GPU_SIM_ROOT") or "/", path.lstrip("/"))
+
+
+def read_text(path: str) -> str | None:
+    """The text of a node file, or None when it does not exist."""
+    try:
+        with open(sim_path(path), encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None

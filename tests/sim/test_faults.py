@@ -1,0 +1,231 @@
+"""The fault registry: parsing, checks against the profile and the nodes, what each fault
+writes, and `provisioner sim up` refusing a bad fault through the real entry point."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.errors import InputError
+from provisioner.profiles import load_profiles
+from provisioner.sim import faults
+from provisioner.sim.cluster import sim_files
+from provisioner.sim.faults import (
+    FAULT_KINDS,
+    for_node,
+    kernel_log,
+    other_cuda_version,
+    other_driver_version,
+    parse_fault,
+    parse_faults,
+    parse_spec,
+    read_fault_file,
+    validate,
+)
+
+H100 = load_profiles()["sim-h100-8gpu"].sim_json()
+L40S = load_profiles()["pcie-l40s-4gpu"].sim_json()
+GPU_NODES = ["sim-gpu-1", "sim-gpu-2"]
+BIN = shutil.which("provisioner", path=str(Path(sys.executable).parent)) or "provisioner"
+
+# One concrete example of every kind, with the numbers it carries.
+EXAMPLES = {
+    "gpu3-missing": ("missing", {"gpu": 3}),
+    "gpu0-nvlink-down": ("nvlink-down", {"gpu": 0}),
+    "gpu7-nvlink-link17-down": ("nvlink-link-down", {"gpu": 7, "link": 17}),
+    "gpu2-ecc-uncorrectable": ("ecc-uncorrectable", {"gpu": 2}),
+    "gpu5-pcie-downgrade": ("pcie-downgrade", {"gpu": 5}),
+    "gpu6-xid-79": ("xid", {"gpu": 6, "xid": 79}),
+    "mlx5_0-down": ("hca-down", {"hca": 0}),
+    "mlx5_7-half-rate": ("hca-half-rate", {"hca": 7}),
+    "nvcc-other-version": ("nvcc-other-version", {}),
+    "driver-other-version": ("driver-other-version", {}),
+}
+
+
+def test_every_kind_has_an_example_and_the_examples_parse_to_it() -> None:
+    assert {kind for kind, _ in EXAMPLES.values()} == {kind.key for kind in FAULT_KINDS}
+    for text, (key, numbers) in EXAMPLES.items():
+        fault = parse_fault(text)
+        assert fault is not None, text
+        assert fault.kind.key == key and fault.text == text
+        got = {name: getattr(fault, name) for name in ("gpu", "link", "hca", "xid")}
+        assert got == {name: numbers.get(name) for name in got}, text
+
+
+def test_templates_are_unique_and_each_matches_only_its_own_example() -> None:
+    assert len({kind.template for kind in FAULT_KINDS}) == len(FAULT_KINDS)
+    for kind in FAULT_KINDS:
+        matched = [text for text in EXAMPLES if re.fullmatch(kind.pattern, text)]
+        assert [EXAMPLES[text][0] for text in matched] == [kind.key]
+        assert kind.node_files and kind.read_by and kind.description
+
+
+@pytest.mark.parametrize("text", ["gpu3-nvlnk-down", "gpu-missing", "GPU3-missing", "mlx5-down",
+                                  "gpu3-missing ", "gpu3-xid-", "nvcc-other", ""])
+def test_misspelled_faults_parse_to_nothing(text: str) -> None:
+    assert parse_fault(text) is None
+    with pytest.raises(InputError, match=r"^sim up: unknown fault"):
+        parse_spec(text)
+
+
+@pytest.mark.parametrize(("text", "suggestion"), [
+    ("gpu3-nvlnk-down", "gpuN-nvlink-down"),
+    ("gpu3-nvlink-link2-dwn", "gpuN-nvlink-linkK-down"),
+    ("mlx5_1-half-rte", "mlx5_N-half-rate"),
+    ("sim-gpu-2:gpu1-mising", "gpuN-missing"),
+    ("nvcc-other-versoin", "nvcc-other-version"),
+])
+def test_a_misspelling_gets_one_line_with_the_closest_fault(text: str, suggestion: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec(text)
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"unknown fault {text!r}: did you mean {suggestion}?" in message
+
+
+def test_nonsense_gets_the_list_of_faults() -> None:
+    with pytest.raises(InputError) as err:
+        parse_spec("reboot-everything")
+    assert all(kind.template in str(err.value) for kind in FAULT_KINDS)
+
+
+def test_specs_target_every_gpu_node_or_one() -> None:
+    specs = validate(["gpu3-nvlink-down", "sim-gpu-2:mlx5_1-down"], H100, GPU_NODES)
+    assert [(spec.node, spec.fault.text) for spec in specs] == [
+        (None, "gpu3-nvlink-down"), ("sim-gpu-2", "mlx5_1-down")]
+    assert [spec.text for spec in specs] == ["gpu3-nvlink-down", "sim-gpu-2:mlx5_1-down"]
+    raw = [spec.text for spec in specs]
+    assert for_node("sim-gpu-1", raw) == ["gpu3-nvlink-down"]
+    assert for_node("sim-gpu-2", raw) == ["gpu3-nvlink-down", "mlx5_1-down"]
+
+
+def test_every_example_is_valid_on_the_default_profile() -> None:
+    assert len(validate(EXAMPLES, H100, GPU_NODES)) == len(EXAMPLES)
+
+
+@pytest.mark.parametrize(("profile", "text", "message"), [
+    (H100, "gpu8-missing", "profile sim-h100-8gpu has 8 GPUs (gpu0..gpu7)"),
+    (H100, "gpu0-nvlink-link18-down", "has 18 NVLinks per GPU (link0..link17)"),
+    (H100, "mlx5_8-down", "profile sim-h100-8gpu has 8 HCAs (mlx5_0..mlx5_7)"),
+    (H100, "gpu1-xid-0", "an Xid code is a positive number"),
+    (L40S, "gpu4-pcie-downgrade", "profile pcie-l40s-4gpu has 4 GPUs (gpu0..gpu3)"),
+    (L40S, "gpu0-nvlink-down", "profile pcie-l40s-4gpu has no NVLink"),
+    (L40S, "gpu0-nvlink-link0-down", "profile pcie-l40s-4gpu has no NVLink"),
+    (L40S, "mlx5_2-half-rate", "profile pcie-l40s-4gpu has 2 HCAs (mlx5_0..mlx5_1)"),
+    ({**L40S, "fabric": "ethernet"}, "mlx5_0-down", "has 0 HCAs"),
+])
+def test_indexes_beyond_the_profile_are_refused(profile: dict[str, object], text: str,
+                                                message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        validate([text], profile, GPU_NODES)
+
+
+def test_unknown_and_non_gpu_nodes_are_refused() -> None:
+    with pytest.raises(InputError, match="sim-gpu-3 is not a node of this cluster; the GPU "
+                                         "nodes are sim-gpu-1, sim-gpu-2"):
+        validate(["sim-gpu-3:gpu0-missing"], H100, GPU_NODES, ["sim-login-1"])
+    with pytest.raises(InputError, match="sim-login-1 is not a GPU node"):
+        validate(["sim-login-1:gpu0-missing"], H100, GPU_NODES, ["sim-login-1"])
+    with pytest.raises(InputError, match="unknown fault ':gpu0-missing'"):
+        validate([":gpu0-missing"], H100, GPU_NODES)
+
+
+def test_the_node_file_reader_skips_comments_blanks_and_junk() -> None:
+    text = "gpu1-missing  # fell off\n\n# a comment\nnot-a-fault\nmlx5_0-down\n"
+    assert [f.text for f in read_fault_file(text)] == ["gpu1-missing", "mlx5_0-down"]
+    assert parse_faults(["  gpu2-xid-48 ", "bogus"])[0].xid == 48
+
+
+def test_kernel_log_has_one_dmesg_line_per_xid_fault_on_the_gpus_bus() -> None:
+    log = kernel_log(parse_faults(["gpu0-xid-79", "gpu1-missing", "gpu9-xid-48"]))
+    assert log.splitlines() == [
+        "[  412.000000] NVRM: Xid (PCI:0000:19:00): 79, pid=0, name=python3, SIMULATED fault "
+        "injected by gpu-cluster-provisioner",
+        "[  412.000009] NVRM: Xid (PCI:0000:e9:00): 48, pid=0, name=python3, SIMULATED fault "
+        "injected by gpu-cluster-provisioner",
+    ]
+
+
+def test_other_versions_differ_from_the_installed_ones() -> None:
+    assert other_driver_version("550.54.15") == "551.54.15"
+    assert other_driver_version("580.95.05") == "581.95.05"
+    assert other_cuda_version("12.4") == "12.5"
+    assert other_cuda_version("12.4.1") == "12.5.1"
+    assert other_cuda_version("13.0") == "13.1"
+    assert other_cuda_version("13") == "13.1"
+
+
+def test_sim_files_write_the_fault_file_kernel_log_and_ib_tree() -> None:
+    written = {path: data for path, data, _ in sim_files(
+        "gpu_nodes", dict(H100, hostname="n1"),
+        ["gpu2-xid-31", "mlx5_3-down", "nvcc-other-version"], "6.1.0-test")}
+    assert written["etc/gpu-sim/faults"] == b"gpu2-xid-31\nmlx5_3-down\nnvcc-other-version\n"
+    assert b"NVRM: Xid (PCI:0000:4c:00): 31," in (written["var/lib/gpu-sim/dmesg"] or b"")
+    ib = "var/lib/gpu-sim/sysfs/class/infiniband"
+    assert written[f"{ib}/mlx5_3/ports/1/state"] == b"1: DOWN\n"
+    assert written[f"{ib}/mlx5_2/ports/1/state"] == b"4: ACTIVE\n"
+
+
+def test_help_lists_every_fault_and_how_to_change_a_header() -> None:
+    text = faults.help_text()
+    for kind in FAULT_KINDS:
+        assert re.search(rf"^  {re.escape(kind.template)} +\S", text, re.M), kind.template
+    assert "nccl.h" in text and "cudnn_version" in text
+    assert max(len(line) for line in text.splitlines()) <= 79
+
+
+# --- through the real entry point ---------------------------------------------------------
+
+
+def fake_podman(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose only podman records that it was called (and fails)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    called = tmp_path / "podman-was-called"
+    podman = bindir / "podman"
+    podman.write_text(f"#!/bin/sh\necho \"$@\" >> {called}\nexit 125\n")
+    podman.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "COLUMNS": "200"}
+    return env, called
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--fault", "gpu3-nvlnk-down"],
+     "error: sim up: unknown fault 'gpu3-nvlnk-down': did you mean gpuN-nvlink-down? "
+     "(`provisioner sim up --help` describes them)"),
+    (["--fault", "gpu1-missing", "--fault", "gpu8-missing"],
+     "error: sim up: fault 'gpu8-missing': profile sim-h100-8gpu has 8 GPUs (gpu0..gpu7)"),
+    (["--nodes", "2", "--fault", "sim-gpu-2:mlx5_0-down"],
+     "error: sim up: fault 'sim-gpu-2:mlx5_0-down': sim-gpu-2 is not a node of this cluster; "
+     "the GPU nodes are sim-gpu-1"),
+])
+def test_sim_up_refuses_a_bad_fault_in_one_line_before_podman(
+        tmp_path: Path, args: list[str], message: str) -> None:
+    env, called = fake_podman(tmp_path)
+    out = subprocess.run([BIN, "sim", "up", "--inventory-dir", str(tmp_path / "inv"), *args],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.splitlines() == [message]
+    assert out.stdout == ""
+    assert not called.exists(), "podman ran before the faults were checked"
+    assert not (tmp_path / "inv").exists()
+
+
+def test_sim_up_help_lists_the_registry() -> None:
+    out = subprocess.run([BIN, "sim", "up", "--help"], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0
+    assert faults.help_text() in out.stdout
+
+
+def test_the_readme_names_every_fault() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert [kind.template for kind in FAULT_KINDS if f"`{kind.template}`" not in readme] == []
