@@ -36,8 +36,8 @@ lint: deps
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint -q
 
-# ansible-test sanity on the collection tarball, no container (scripts/sanity.sh): ~20 s once
-# ansible-test's per-test virtualenvs are cached under ~/.ansible/test, ~1.5 min the first time.
+# ansible-test sanity on the collection tarball, no container (scripts/sanity.sh): 20-60 s once
+# ansible-test's per-test virtualenvs are cached under ~/.ansible/test, up to 6 min the first time.
 sanity: deps
 	BIN=$(CURDIR)/$(BIN) bash scripts/sanity.sh
 
