@@ -8,13 +8,13 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint unit e2e molecule bench down clean
+.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
 	$(BIN)/provisioner up --inventory inventories/sim --yes
 
-test: deps lint unit e2e molecule
+test: deps lint sanity unit e2e molecule
 
 # System packages and podman configuration first (idempotent, quick when present), then the venv.
 deps: system-deps $(VENV)/.installed
@@ -31,10 +31,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: deps
-	$(BIN)/ruff check provisioner tests plugins bench
+	$(BIN)/ruff check provisioner tests plugins bench scripts setup.py
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint -q
+
+# ansible-test sanity on the collection tarball, no container (scripts/sanity.sh): 20-60 s once
+# ansible-test's per-test virtualenvs are cached under ~/.ansible/test, up to 6 min the first time.
+sanity: deps
+	BIN=$(CURDIR)/$(BIN) bash scripts/sanity.sh
 
 unit: deps
 	$(BIN)/pytest -q

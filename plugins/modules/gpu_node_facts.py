@@ -35,12 +35,12 @@ options:
     description: DCGM diagnostic level (1 is quick, 2-3 take minutes).
     type: int
     default: 1
-author: gpu-cluster-provisioner
+author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
 EXAMPLES = r"""
 - name: Validate | Read and judge the node
-  gpu_node_facts:
+  gpucluster.provisioner.gpu_node_facts:
     expected: {gpu_count: 8, gpu_model: "NVIDIA H100 80GB HBM3", nvlink_links_per_gpu: 18}
 """
 

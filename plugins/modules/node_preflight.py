@@ -44,12 +44,12 @@ options:
     description: Secure Boot is acceptable (a MOK key is enrolled for module signing).
     type: bool
     default: false
-author: gpu-cluster-provisioner
+author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
 EXAMPLES = r"""
 - name: Preflight | Measure and judge the node
-  node_preflight:
+  gpucluster.provisioner.node_preflight:
     supported_os: [{id: debian, version: "12"}]
     expect_gpus: true
     expected_gpu_count: 8
@@ -93,7 +93,7 @@ def read_os_release():
         with open("/etc/os-release") as fh:
             for line in fh:
                 if "=" in line:
-                    key, _, value = line.strip().partition("=")
+                    key, _sep, value = line.strip().partition("=")
                     data[key] = value.strip('"')
     except OSError:
         pass

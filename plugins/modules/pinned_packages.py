@@ -24,12 +24,12 @@ options:
     type: str
     choices: [present, absent]
     default: present
-author: gpu-cluster-provisioner
+author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
 EXAMPLES = r"""
 - name: CUDA toolkit | Install and hold the toolkit
-  pinned_packages:
+  gpucluster.provisioner.pinned_packages:
     packages:
       - {name: cuda-toolkit-12-4, version: "12.4.1-1"}
 """

@@ -41,11 +41,11 @@ def _normalise(word: str) -> str:
 
 def _gpu_ids(scope: str) -> list[str] | None:
     """``"GPUs: 1, 2, 3"`` -> ["1", "2", "3"]; ``"GPU: 0-2"`` -> ["0", "1", "2"]."""
-    _, _, listed = scope.partition(":")
+    listed = scope.partition(":")[2]
     ids: list[str] = []
     for part in re.split(r"[,\s]+", listed.strip()):
         if "-" in part:
-            low, _, high = part.partition("-")
+            low, _sep, high = part.partition("-")
             if low.isdigit() and high.isdigit():
                 ids.extend(str(n) for n in range(int(low), int(high) + 1))
         elif part.isdigit():

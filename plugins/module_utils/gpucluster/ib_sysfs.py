@@ -144,12 +144,12 @@ def parse_ib_sysfs_flat(text: str) -> dict[str, Any]:
         line = raw.strip()
         if not line or (": " not in line and not line.endswith(":")):
             continue
-        path, _, content = line.partition(":")
+        path, _sep, content = line.partition(":")
         path = path.strip()
         marker = path.rfind("infiniband/")
         if marker >= 0:
             path = path[marker + len("infiniband/") :]
-        device, _, relative = path.partition("/")
+        device, _sep, relative = path.partition("/")
         if not device or not relative or " " in path:
             continue
         value = content.strip()

@@ -75,11 +75,10 @@ def evaluate(facts, policy):
                                 "path does not exist"))
             continue
         ok = free >= min_gb
+        short = "%.1f GB free under %s, the stack needs %g GB" % (free, mount["path"], min_gb)
         checks.append(check("free_disk:" + mount["path"], PASS if ok else FAIL,
                             "%.1f GB" % free, ">= %g GB" % min_gb,
-                            "enough space" if ok else
-                            "%.1f GB free under %s, the stack needs %g GB" % (free, mount["path"],
-                                                                          min_gb)))
+                            "enough space" if ok else short))
 
     sb = facts.get("secure_boot")
     if sb == "enabled" and not policy.get("secure_boot_ok", False):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Distributed smoke job: proves that a cluster's GPUs, interconnect and PyTorch stack work.
 
 Launched by ``torchrun`` on every node (one process per GPU, or ``--nproc-per-node N`` CPU
@@ -272,12 +271,12 @@ class Smoke:
                 self.errors.append(f"all-reduce {label}: wrong result on ranks {bad_ranks}")
             # Timing on zeros: values stay bounded however many iterations run.
             buf = torch.zeros(count, dtype=torch.float32, device=self.device)
-            for _ in range(self.args.warmup):
+            for _warmup in range(self.args.warmup):
                 self._collective(f"all-reduce {label} (warmup)", dist.all_reduce, buf)
             self._sync()
             self._collective(f"barrier before timing {label}", dist.barrier)
             start = time.perf_counter()
-            for _ in range(self.args.iters):
+            for _iteration in range(self.args.iters):
                 self._collective(f"all-reduce {label} (timed)", dist.all_reduce, buf)
             self._sync()
             elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64,
