@@ -71,12 +71,12 @@ class Measurement:
 # - fabric manager: the installed package's upstream version (the daemon has no cheap query).
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("driver", "nvidia_driver", "version", "driver_version", _same,
-                "nvidia-smi's driver version"),
+                "nvidia-smi"),
     Measurement("fabricmanager", "nvidia_fabricmanager", "version", "fabricmanager_version",
                 upstream, "the installed fabric manager package",
                 only_if="fabricmanager_enabled"),
     Measurement("nvcc_release", "cuda_toolkit", "release", "cuda_version", _same,
-                "nvcc --version's release"),
+                "nvcc --version (release)"),
     Measurement("cuda_toolkit", "cuda_toolkit", "version", "cuda_toolkit_version", _same,
                 "the toolkit's version.json"),
     Measurement("cudnn", "cudnn", "version", "cudnn_version", first_three,
@@ -108,9 +108,9 @@ def _not_measured(host: str, check: str, section: str, source: str, planned: str
 def _compare(host: str, m: Measurement, measured: str, planned: str) -> Check:
     if measured == planned:
         return Check(host, "stack", m.check, "pass", measured, planned,
-                     f"{m.source} reports the planned version")
+                     f"{m.source} says {measured}, as planned")
     return Check(host, "stack", m.check, "fail", measured, planned,
-                 f"{m.source} reports {measured}, the plan says {planned}")
+                 f"{m.source} says {measured}, the plan says {planned}")
 
 
 def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool) -> Check:
