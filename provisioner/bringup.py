@@ -72,8 +72,11 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                                   timeout=options.timeout_s, check_mode=options.check_mode,
                                   on_progress=progress)
         phase = report.add_phase(name, result)
-        if name == "stack" and phase.ok and not options.check_mode:
-            report.checks.extend(stack_checks(plan, result.reports))
+        if name == "stack" and not options.check_mode:
+            # Judged even when the phase failed: a role publishes what it measured before it
+            # fails the host on a mismatch, and the report must show that check as failed.
+            report.checks.extend(stack_checks(plan, result.reports, completed=phase.ok,
+                                              hosts_run=set(result.stats)))
         if not phase.ok or any(c.status == "fail" for c in report.checks):
             return False
     return True

@@ -1,67 +1,213 @@
-"""Controller-side judgement of what the roles published (``<role>_report`` facts).
+"""Controller-side judgement of what the roles measured (``<role>_report`` facts).
 
-The roles say what is on each node; whether the cluster as a whole is right (one NCCL
-everywhere, no node left waiting for a reboot, the stack the plan decided) is decided here.
+Each stack role's verify step reads the installed state from the node's own tools and files
+(nvidia-smi, nvcc, version.json, nccl.h, the cuDNN header, nvidia-ctk, dcgmi, the package
+database) and publishes it before it checks it. Here every ``stack:*`` check compares that
+measured value with the value the plan decided for the host, and ``nccl_consistent`` compares
+the measured NCCL across the GPU nodes. A value a role did not publish is a failure when the
+stack phase completed (the role must publish), and a skip when the phase stopped early (the
+phase failure already fails the run and says why).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from provisioner.plan import ClusterPlan
+from provisioner.plan import ClusterPlan, HostPlan
 from provisioner.report import Check
 
+Section = Mapping[str, Any]
 
-def stack_checks(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]) -> list[Check]:
+
+def upstream(version: str) -> str:
+    """A package version without epoch and packaging revision, as the software itself reports
+    it: '2.21.5-1+cuda12.4' -> '2.21.5', '1:3.3.6-1' -> '3.3.6', '550.54.15' unchanged."""
+    bare = version.split(":", 1)[-1]
+    return bare.split("-", 1)[0]
+
+
+def first_three(version: str) -> str:
+    """'9.1.0.70' -> '9.1.0': the cuDNN header carries MAJOR.MINOR.PATCHLEVEL, not the build."""
+    return ".".join(upstream(version).split(".")[:3])
+
+
+def _same(version: str) -> str:
+    return version
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One stack check: the role section and key that hold the measured value, the plan's
+    field (a ``ResolvedStack`` attribute) and how it is brought to the form the node reports,
+    what produced the measurement, and the plan's flag that makes the check apply."""
+
+    check: str
+    section: str
+    key: str
+    planned_field: str
+    form: Callable[[str], str]
+    source: str
+    only_if: str | None = None
+
+    def planned(self, stack: Any) -> str:
+        return self.form(str(getattr(stack, self.planned_field)))
+
+    def applies(self, stack: Any) -> bool:
+        return self.only_if is None or bool(getattr(stack, self.only_if))
+
+
+# Comparable forms (what each tool can say about the plan's version):
+# - nvidia-smi and /sys/module/nvidia/version print the driver version as planned (580.95.05).
+# - nvcc prints "release X.Y, VX.Y.<build>": the release is the plan's cuda_version; the V number
+#   is nvcc's own build (12.8.93 in CUDA 12.8.1), not the toolkit update, so the update is read
+#   from <prefix>/version.json ("cuda": {"version": "12.8.1"}) and compared with
+#   cuda_toolkit_version.
+# - nccl.h and libnccl.so.X.Y.Z carry the upstream version without the package revision
+#   ("2.21.5" for the pin "2.21.5-1+cuda12.4").
+# - the cuDNN header carries MAJOR.MINOR.PATCHLEVEL: the plan's 9.1.0.70 is compared as 9.1.0.
+# - nvidia-ctk --version and dcgmi --version print the upstream release (1.17.8, 3.3.6).
+# - fabric manager: the installed package's upstream version (the daemon has no cheap query).
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("driver", "nvidia_driver", "version", "driver_version", _same,
+                "nvidia-smi"),
+    Measurement("fabricmanager", "nvidia_fabricmanager", "version", "fabricmanager_version",
+                upstream, "the installed fabric manager package",
+                only_if="fabricmanager_enabled"),
+    Measurement("nvcc_release", "cuda_toolkit", "release", "cuda_version", _same,
+                "nvcc --version (release)"),
+    Measurement("cuda_toolkit", "cuda_toolkit", "version", "cuda_toolkit_version", _same,
+                "the toolkit's version.json"),
+    Measurement("cudnn", "cudnn", "version", "cudnn_version", first_three,
+                "the cuDNN version header"),
+    Measurement("nccl", "nccl", "version", "nccl_version", upstream, "nccl.h"),
+    Measurement("container_toolkit", "nvidia_container_toolkit", "version",
+                "container_toolkit_version", upstream, "nvidia-ctk --version"),
+    Measurement("dcgm", "nvidia_dcgm", "version", "dcgm_version", upstream,
+                "dcgmi --version"),
+)
+
+
+def _measured(section: Section | None, key: str) -> str:
+    value = (section or {}).get(key)
+    return "" if value is None else str(value).strip()
+
+
+def _not_measured(host: str, check: str, section: str, source: str, planned: str,
+                  completed: bool) -> Check:
+    if completed:
+        return Check(host, "stack", check, "fail", None, planned,
+                     f"the {section} role published no measurement of {source} "
+                     "(was its verify step skipped?)")
+    return Check(host, "stack", check, "skip", None, planned,
+                 f"not measured: the stack phase stopped before the {section} role "
+                 "verified this host (see the phase failures)")
+
+
+def _compare(host: str, m: Measurement, measured: str, planned: str) -> Check:
+    if measured == planned:
+        return Check(host, "stack", m.check, "pass", measured, planned,
+                     f"{m.source} says {measured}, as planned")
+    return Check(host, "stack", m.check, "fail", measured, planned,
+                 f"{m.source} says {measured}, the plan says {planned}")
+
+
+def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool) -> Check:
+    if not drv:
+        return _not_measured(host, "driver_loaded", "nvidia_driver", "the loaded kernel module",
+                             planned, completed)
+    loaded = _measured(drv, "loaded")
+    if str(drv.get("reboot_required")).lower() == "true":
+        return Check(host, "stack", "driver_loaded", "fail", loaded or "none", planned,
+                     "installed driver is not loaded: reboot the node "
+                     "(rerun `provisioner up --reboot` to let the provisioner do it)")
+    if loaded == planned:
+        return Check(host, "stack", "driver_loaded", "pass", loaded, planned,
+                     "loaded kernel module is the planned driver")
+    return Check(host, "stack", "driver_loaded", "fail", loaded or None, planned,
+                 f"loaded kernel module is {loaded or 'unreadable'}, the plan says {planned}")
+
+
+def _nccl_library(host: str, nccl: Section | None) -> Check | None:
+    """libnccl.so.X.Y.Z is what programs load; when the role could read it, it must agree with
+    nccl.h (a header from one package and a library from another is a broken install)."""
+    header, library = _measured(nccl, "version"), _measured(nccl, "library")
+    if not header or not library or header == library:
+        return None
+    return Check(host, "stack", "nccl_library", "fail", library, header,
+                 f"libnccl.so is {library} but nccl.h says {header}: the library and its "
+                 "headers come from different packages")
+
+
+def _cdi(host: str, hp: HostPlan, ctk: Section | None) -> Check | None:
+    if not ctk:
+        return None
+    n = len([d for d in ctk.get("cdi_devices", []) if not str(d).endswith("=all")])
+    expected = hp.profile.gpu_count if hp.profile else None
+    ok = expected is None or n == expected
+    return Check(host, "stack", "cdi_devices", "pass" if ok else "fail", n, expected,
+                 "CDI spec lists every GPU" if ok else "the CDI spec does not list every GPU")
+
+
+def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section],
+                 completed: bool) -> list[Check]:
+    drv = rep.get("nvidia_driver")
+    checks = [_driver_loaded(host, drv, str(stack.driver_version), completed)]
+    reboot_pending = bool(drv) and str((drv or {}).get("reboot_required")).lower() == "true"
+    for m in MEASUREMENTS:
+        if not m.applies(stack):
+            continue
+        planned = m.planned(stack)
+        if m.check == "driver" and reboot_pending:
+            checks.append(Check(host, "stack", "driver", "skip", None, planned,
+                                "not measured: nvidia-smi cannot talk to a driver that is "
+                                "installed but not loaded (see driver_loaded)"))
+            continue
+        measured = _measured(rep.get(m.section), m.key)
+        checks.append(_compare(host, m, measured, planned) if measured
+                      else _not_measured(host, m.check, m.section, m.source, planned, completed))
+    extra = [_nccl_library(host, rep.get("nccl")),
+             _cdi(host, hp, rep.get("nvidia_container_toolkit"))]
+    checks.extend(c for c in extra if c is not None)
+    return checks
+
+
+def _nccl_consistent(measured: Mapping[str, str]) -> list[Check]:
+    """The NCCL each node really has (its library when readable, else nccl.h) must be one
+    version cluster-wide: collectives between different NCCL releases can hang or crash."""
+    distinct = sorted(set(measured.values()))
+    status = "pass" if len(distinct) == 1 else "fail"
+    detail = ("same NCCL on every GPU node" if status == "pass" else
+              f"NCCL differs across the cluster ({', '.join(distinct)}): collectives "
+              "between these nodes can hang or crash")
+    return [Check(host, "stack", "nccl_consistent", status, version,
+                  distinct[0] if status == "pass" else "one version", detail)
+            for host, version in sorted(measured.items())]
+
+
+def stack_checks(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]], *,
+                 completed: bool = True,
+                 hosts_run: Collection[str] | None = None) -> list[Check]:
+    """Judge the stack phase: measured (``reports``) against planned (``plan``).
+
+    ``completed``: the stack phase finished on every host (a missing measurement is then a
+    failure, otherwise a skip). ``hosts_run``: the hosts the phase ran on (``--limit``);
+    ``None`` means every host of the plan.
+    """
     checks: list[Check] = []
-    ncc_versions: dict[str, str] = {}
+    nccl: dict[str, str] = {}
     for host, hp in sorted(plan.hosts.items()):
         if hp.kind != "gpu" or hp.stack is None:
             continue
-        rep = reports.get(host, {})
-        drv = rep.get("nvidia_driver") or {}
-        want = hp.stack.driver_version
-        if not drv:
-            checks.append(Check(host, "stack", "driver", "fail", None, want,
-                                "the driver role published nothing (did the stack phase run?)"))
+        if hosts_run is not None and host not in hosts_run:
             continue
-        reboot = str(drv.get("reboot_required")).lower() == "true"
-        if reboot:
-            checks.append(Check(host, "stack", "driver_loaded", "fail", drv.get("loaded") or "none",
-                                want, "installed driver is not loaded: reboot the node "
-                                "(rerun `provisioner up --reboot` to let the provisioner do it)"))
-        else:
-            ok = drv.get("loaded") == want
-            checks.append(Check(host, "stack", "driver_loaded", "pass" if ok else "fail",
-                                drv.get("loaded"), want,
-                                "loaded driver is the planned one" if ok
-                                else "loaded driver differs from the plan"))
-        nccl = (rep.get("nccl") or {}).get("version")
-        if nccl:
-            ncc_versions[host] = str(nccl)
-        cuda = (rep.get("cuda_toolkit") or {}).get("version")
-        if cuda is not None:
-            ok = cuda == hp.stack.cuda_toolkit_version
-            checks.append(Check(host, "stack", "cuda_toolkit", "pass" if ok else "fail", cuda,
-                                hp.stack.cuda_toolkit_version,
-                                "nvcc reports the planned release" if ok
-                                else "nvcc reports another release"))
-        ctk = rep.get("nvidia_container_toolkit") or {}
-        if ctk:
-            n = len([d for d in ctk.get("cdi_devices", []) if not str(d).endswith("=all")])
-            expected = hp.profile.gpu_count if hp.profile else None
-            ok = expected is None or n == expected
-            checks.append(Check(host, "stack", "cdi_devices", "pass" if ok else "fail", n,
-                                expected, "CDI spec lists every GPU" if ok
-                                else "the CDI spec does not list every GPU"))
-    if ncc_versions:
-        distinct = sorted(set(ncc_versions.values()))
-        status = "pass" if len(distinct) == 1 else "fail"
-        for host, version in sorted(ncc_versions.items()):
-            detail = ("same NCCL on every GPU node" if status == "pass" else
-                      f"NCCL differs across the cluster ({', '.join(distinct)}): collectives "
-                      "between these nodes can hang or crash")
-            checks.append(Check(host, "stack", "nccl_consistent", status, version,
-                                distinct[0] if status == "pass" else "one version", detail))
+        rep = reports.get(host, {})
+        checks.extend(_host_checks(host, hp, hp.stack, rep, completed))
+        section = rep.get("nccl")
+        runtime = _measured(section, "library") or _measured(section, "version")
+        if runtime:
+            nccl[host] = runtime
+    if nccl:
+        checks.extend(_nccl_consistent(nccl))
     return checks

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from provisioner import plan as plan_mod
 from provisioner import render
-from provisioner.judge import stack_checks
+from provisioner.judge import first_three, stack_checks, upstream
 from provisioner.report import Report
 from provisioner.smokerun import fold_results
 
@@ -26,15 +26,38 @@ def cluster_plan(tmp_path: Path) -> plan_mod.ClusterPlan:
     return plan_mod.build(inv)
 
 
-def role_reports(driver: str = "580.95.05", nccl_b: str = "2.28.3-1+cuda13.0",
+# What the roles of a healthy cuda-13.0 node measure (stacks.yml: driver 580.95.05, CUDA 13.0.2,
+# cuDNN 9.13.0.50, NCCL 2.28.3-1+cuda13.0, Container Toolkit 1.18.0, DCGM 4.4.0).
+HEALTHY: dict[str, dict[str, Any]] = {
+    "nvidia_driver": {"version": "580.95.05", "loaded": "580.95.05", "reboot_required": False},
+    "nvidia_fabricmanager": {"version": "580.95.05", "service": "active"},
+    "cuda_toolkit": {"release": "13.0", "nvcc_build": "13.0.88", "version": "13.0.2"},
+    "cudnn": {"version": "9.13.0"},
+    "nccl": {"version": "2.28.3", "library": "2.28.3"},
+    "nvidia_container_toolkit": {"version": "1.18.0",
+                                 "cdi_devices": [f"nvidia.com/gpu={i}" for i in range(8)]
+                                 + ["nvidia.com/gpu=all"]},
+    "nvidia_dcgm": {"version": "4.4.0", "source": "dcgmi"},
+}
+STACK_CHECKS = {"driver_loaded", "driver", "fabricmanager", "nvcc_release", "cuda_toolkit",
+                "cudnn", "nccl", "container_toolkit", "dcgm", "cdi_devices", "nccl_consistent"}
+
+
+def measured(**changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """One node's role reports: the healthy ones with some sections' keys replaced."""
+    out = {section: dict(values) for section, values in HEALTHY.items()}
+    for section, values in changes.items():
+        out[section].update(values)
+    return out
+
+
+def role_reports(driver: str = "580.95.05", nccl_b: str = "2.28.3",
                  reboot: bool = False) -> dict[str, dict[str, Any]]:
-    def one(nccl: str) -> dict[str, Any]:
-        return {"nvidia_driver": {"loaded": driver, "reboot_required": reboot},
-                "nccl": {"version": nccl}, "cuda_toolkit": {"version": "13.0.2"},
-                "nvidia_container_toolkit": {"cdi_devices": [f"nvidia.com/gpu={i}"
-                                                             for i in range(8)]
-                                             + ["nvidia.com/gpu=all"]}}
-    return {"gpu-a": one("2.28.3-1+cuda13.0"), "gpu-b": one(nccl_b)}
+    drv = {"loaded": driver, "reboot_required": reboot}
+    if reboot:
+        drv["version"] = ""  # nvidia-smi is not asked while the new driver waits for a reboot
+    return {"gpu-a": measured(nvidia_driver=drv),
+            "gpu-b": measured(nvidia_driver=drv, nccl={"version": nccl_b, "library": nccl_b})}
 
 
 def by(checks: list[Any]) -> dict[tuple[str, str], Any]:
@@ -44,24 +67,116 @@ def by(checks: list[Any]) -> dict[tuple[str, str], Any]:
 def test_healthy_stack_passes(cluster_plan: plan_mod.ClusterPlan) -> None:
     checks = by(stack_checks(cluster_plan, role_reports()))
     assert {c.status for c in checks.values()} == {"pass"}
+    assert {name for _, name in checks} == STACK_CHECKS
     assert checks[("gpu-a", "cdi_devices")].measured == 8
+    # Compared in the form the node reports: the plan's cuDNN 9.13.0.50 and NCCL pin.
+    assert checks[("gpu-a", "cudnn")].expected == "9.13.0"
+    assert checks[("gpu-a", "nccl")].expected == "2.28.3"
 
 
-def test_nccl_mismatch_fails_on_every_node(cluster_plan: plan_mod.ClusterPlan) -> None:
-    checks = by(stack_checks(cluster_plan, role_reports(nccl_b="2.27.3-1+cuda12.9")))
+# (section, key, value a node could report, the check that must fail, the planned value).
+MISMATCHES = [
+    ("nvidia_driver", "version", "575.57.08", "driver", "580.95.05"),
+    ("nvidia_driver", "loaded", "575.57.08", "driver_loaded", "580.95.05"),
+    ("nvidia_fabricmanager", "version", "580.65.06", "fabricmanager", "580.95.05"),
+    ("cuda_toolkit", "release", "12.9", "nvcc_release", "13.0"),
+    ("cuda_toolkit", "version", "13.0.1", "cuda_toolkit", "13.0.2"),
+    ("cudnn", "version", "9.12.0", "cudnn", "9.13.0"),
+    ("nccl", "version", "2.27.3", "nccl", "2.28.3"),
+    ("nvidia_container_toolkit", "version", "1.17.8", "container_toolkit", "1.18.0"),
+    ("nvidia_dcgm", "version", "4.2.3", "dcgm", "4.4.0"),
+]
+
+
+@pytest.mark.parametrize(("section", "key", "value", "check", "planned"), MISMATCHES,
+                         ids=[m[3] for m in MISMATCHES])
+def test_a_measured_value_other_than_planned_fails_that_check(
+        cluster_plan: plan_mod.ClusterPlan, section: str, key: str, value: str, check: str,
+        planned: str) -> None:
+    reports = role_reports()
+    reports["gpu-b"][section][key] = value
+    checks = by(stack_checks(cluster_plan, reports))
+    bad = checks[("gpu-b", check)]
+    assert (bad.status, bad.measured, bad.expected) == ("fail", value, planned)
+    assert value in bad.detail and planned in bad.detail
+    # The same check on the node that matches its plan passes: the failure is this node's.
+    assert checks[("gpu-a", check)].status == "pass"
+    assert checks[("gpu-a", check)].measured == planned
+
+
+def test_every_stack_check_has_a_mismatch_case() -> None:
+    assert {m[3] for m in MISMATCHES} | {"cdi_devices", "nccl_consistent"} == STACK_CHECKS
+
+
+def test_nccl_consistency_compares_measured_versions_across_nodes(
+        cluster_plan: plan_mod.ClusterPlan) -> None:
+    checks = by(stack_checks(cluster_plan, role_reports(nccl_b="2.27.3")))
     assert checks[("gpu-a", "nccl_consistent")].status == "fail"
-    assert "2.27.3-1+cuda12.9" in checks[("gpu-b", "nccl_consistent")].detail
+    assert checks[("gpu-b", "nccl_consistent")].measured == "2.27.3"
+    assert "2.27.3, 2.28.3" in checks[("gpu-b", "nccl_consistent")].detail
+
+
+def test_nccl_consistency_uses_the_library_programs_load(
+        cluster_plan: plan_mod.ClusterPlan) -> None:
+    reports = role_reports()
+    reports["gpu-b"]["nccl"]["library"] = "2.27.3"  # headers 2.28.3, library of another build
+    checks = by(stack_checks(cluster_plan, reports))
+    assert checks[("gpu-b", "nccl_library")].status == "fail"
+    assert checks[("gpu-b", "nccl_library")].measured == "2.27.3"
+    assert checks[("gpu-a", "nccl_consistent")].status == "fail"
+    assert ("gpu-a", "nccl_library") not in checks  # only reported when the two disagree
 
 
 def test_pending_reboot_is_a_failure_naming_the_fix(cluster_plan: plan_mod.ClusterPlan) -> None:
     checks = by(stack_checks(cluster_plan, role_reports(driver="", reboot=True)))
     assert checks[("gpu-a", "driver_loaded")].status == "fail"
     assert "--reboot" in checks[("gpu-a", "driver_loaded")].detail
+    assert checks[("gpu-a", "driver")].status == "skip"
 
 
 def test_missing_role_report_fails(cluster_plan: plan_mod.ClusterPlan) -> None:
     checks = by(stack_checks(cluster_plan, {}))
     assert checks[("gpu-a", "driver")].status == "fail"
+    assert {c.status for c in checks.values()} == {"fail"}
+    assert "published no measurement" in checks[("gpu-a", "nccl")].detail
+
+
+def test_missing_measurement_after_a_failed_phase_is_skipped(
+        cluster_plan: plan_mod.ClusterPlan) -> None:
+    reports = role_reports()
+    del reports["gpu-b"]["nvidia_dcgm"]  # the host failed before the DCGM role ran
+    checks = by(stack_checks(cluster_plan, reports, completed=False))
+    assert checks[("gpu-b", "dcgm")].status == "skip"
+    assert checks[("gpu-a", "dcgm")].status == "pass"
+
+
+def test_hosts_outside_the_run_are_not_judged(cluster_plan: plan_mod.ClusterPlan) -> None:
+    checks = by(stack_checks(cluster_plan, {"gpu-a": role_reports()["gpu-a"]},
+                             hosts_run={"gpu-a"}))
+    assert {host for host, _ in checks} == {"gpu-a"}
+    assert {c.status for c in checks.values()} == {"pass"}
+
+
+def test_fabric_manager_is_judged_only_where_the_plan_enables_it(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "l40s": {"gpu_profile": "pcie-l40s-4gpu"}}}}}}))
+    reports = {"l40s": measured(nvidia_container_toolkit={
+        "cdi_devices": [f"nvidia.com/gpu={i}" for i in range(4)]})}
+    del reports["l40s"]["nvidia_fabricmanager"]
+    checks = by(stack_checks(plan_mod.build(inv), reports))
+    assert ("l40s", "fabricmanager") not in checks
+    assert {c.status for c in checks.values()} == {"pass"}
+
+
+@pytest.mark.parametrize(("version", "up", "three"), [
+    ("2.21.5-1+cuda12.4", "2.21.5", "2.21.5"), ("1:3.3.6-1", "3.3.6", "3.3.6"),
+    ("9.1.0.70", "9.1.0.70", "9.1.0"), ("580.95.05", "580.95.05", "580.95.05"),
+])
+def test_plan_versions_are_brought_to_the_form_nodes_report(version: str, up: str,
+                                                             three: str) -> None:
+    assert upstream(version) == up
+    assert first_three(version) == three
 
 
 SMOKE = {"schema": 1, "label": "inter-node", "backend": "nccl", "world_size": 16, "nnodes": 2,
