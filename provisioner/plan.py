@@ -184,7 +184,8 @@ def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,
         "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
         "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
     }
-    streams: Mapping[str, str] = base.driver.dnf_module_streams or {}
+    streams = {str(flavor): stream
+               for flavor, stream in (base.driver.dnf_module_streams or {}).items()}
     return HostPlan(
         name, "gpu", profile, stack, fabric=fabric,
         supported_os=tuple(sorted(cuda_repos)),
