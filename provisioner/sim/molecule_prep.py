@@ -1,8 +1,8 @@
 """Prepare molecule runs: make sure the node image exists, clear stale molecule containers of
 ours, write the simulation tarballs the scenarios unpack, and give each scenario that has a
-``molecule/<scenario>/inventory.yml`` an inventory directory the way a user runs plain Ansible:
-that inventory, the simulated cluster's variables (mirror, key, stand-in paths) and the plan
-``provisioner plan`` writes for them (molecule.yml links the directory as ``hosts``).
+``molecule/<scenario>/inventory/hosts.yml`` an inventory directory the way a user runs plain
+Ansible: that inventory, the simulated cluster's variables (mirror, key, stand-in paths) and
+the plan ``provisioner plan`` writes for them (molecule.yml links the directory as ``hosts``).
 Prints the environment lines the Makefile exports (MOLECULE_NODE_IMAGE, MOLECULE_SIM_FILES,
 MOLECULE_MIRROR_URL, MOLECULE_MIRROR_FINGERPRINT, MOLECULE_INVENTORIES). ``--cleanup`` only
 removes our molecule containers."""
@@ -54,12 +54,13 @@ def write_tarballs(dest: Path, profile: str = "sim-h100-8gpu") -> Path:
 
 def write_inventories(dest: Path, mirror_url: str, fingerprint: str,
                       scenarios: Path | None = None) -> Path:
-    """dest/<scenario>/{hosts.yml, sim.yml, plan.yml} for every scenario with an inventory.yml."""
+    """dest/<scenario>/{hosts.yml, sim.yml, plan.yml} for every scenario that has an
+    inventory/hosts.yml."""
     scenarios = scenarios or project_root() / "molecule"
     if dest.exists():
         shutil.rmtree(dest)
-    for source in sorted(scenarios.glob("*/inventory.yml")):
-        out = dest / source.parent.name
+    for source in sorted(scenarios.glob("*/inventory/hosts.yml")):
+        out = dest / source.parent.parent.name
         out.mkdir(parents=True)
         shutil.copyfile(source, out / "hosts.yml")
         extra = {"gpu_package_source": mirror_url,

@@ -95,3 +95,23 @@ def test_image_name_follows_the_recipe() -> None:
     image = image_for("bookworm")
     assert image.name.startswith("localhost/gpuc-node:debian12-")
     assert image_for("trixie").name.startswith("localhost/gpuc-node:debian13-")
+
+
+def test_molecule_scenarios_get_their_inventory_the_sim_variables_and_the_plan(
+        tmp_path: Path) -> None:
+    import yaml
+
+    from provisioner.sim.molecule_prep import write_inventories
+
+    dest = write_inventories(tmp_path / "inv", "http://mirror:8080/", "A" * 40)
+    assert sorted(p.name for p in dest.iterdir()) == ["default", "nvidia_repo"]
+    repo = dest / "nvidia_repo"
+    assert sorted(p.name for p in repo.iterdir()) == ["hosts.yml", "plan.yml", "sim.yml"]
+    sim = yaml.safe_load((repo / "sim.yml").read_text())["all"]["vars"]
+    assert sim["gpu_package_source"] == "http://mirror:8080/"
+    assert sim["nvidia_repo_mirror_key_fingerprint"] == "A" * 40
+    plan = yaml.safe_load((repo / "plan.yml").read_text())["all"]["hosts"]
+    assert plan["gpuc-mol-repo-1"]["gpu_stack"] == "cuda-12.8"
+    default = yaml.safe_load((dest / "default" / "plan.yml").read_text())["all"]["hosts"]
+    assert set(default) == {"gpuc-mol-login-1", "gpuc-mol-gpu-1", "gpuc-mol-gpu-2"}
+    assert "nvidia_repo_stack_packages" not in default["gpuc-mol-login-1"]
