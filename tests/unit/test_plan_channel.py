@@ -187,3 +187,35 @@ def test_plan_file_is_an_inventory_that_keeps_the_users_groups(
     assert hostvars["gpu_profile"] == "pcie-l40s-4gpu"  # the user's, kept
     assert hostvars["fabric"] == "roce"  # the plan's
     assert hostvars["nccl_version"] == cluster.hosts["l40s-1"].variables()["nccl_version"]
+
+
+# Galaxy's platform names for the matrix's repository directories.
+GALAXY_PLATFORM = {"debian12": ("Debian", "bookworm"), "ubuntu2204": ("Ubuntu", "jammy"),
+                   "ubuntu2404": ("Ubuntu", "noble"), "rhel9": ("EL", "9")}
+
+
+@pytest.mark.parametrize("role", ["nvidia_repo", "preflight"])
+def test_role_platforms_are_the_matrix_repository_table(role: str) -> None:
+    meta = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())
+    declared = {(p["name"], str(v)) for p in meta["galaxy_info"]["platforms"]
+                for v in p["versions"]}
+    assert declared == {GALAXY_PLATFORM[os_dir] for os_dir in MATRIX.repositories.cuda}
+
+
+def test_nvidia_repo_vars_files_name_every_matrix_os_like_preflight_does() -> None:
+    from gpucluster.preflight import os_dir
+
+    # vars/<Distribution>_<major>.yml -> the directory nvidia_repo uses; preflight's os_dir()
+    # must give the same name for that distribution, or one would accept what the other refuses.
+    ids = {"Debian": ("debian", "12"), "Ubuntu_22": ("ubuntu", "22.04"),
+           "Ubuntu_24": ("ubuntu", "24.04"), "RedHat": ("rhel", "9"), "Rocky": ("rocky", "9"),
+           "AlmaLinux": ("almalinux", "9")}
+    named = {}
+    for path in sorted((ROOT / "roles" / "nvidia_repo" / "vars").glob("*_*.yml")):
+        stem = path.stem
+        key = stem if stem.startswith("Ubuntu") else stem.split("_")[0]
+        named[stem] = yaml.safe_load(path.read_text())["__nvidia_repo_os_dir"]
+        assert named[stem] == os_dir(*ids[key]), stem
+    assert (ROOT / "roles/nvidia_repo/vars/Rocky_9.yml").resolve().name == "RedHat_9.yml"
+    assert (ROOT / "roles/nvidia_repo/vars/AlmaLinux_9.yml").resolve().name == "RedHat_9.yml"
+    assert set(named.values()) == set(MATRIX.repositories.cuda)
