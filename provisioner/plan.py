@@ -1,11 +1,19 @@
 """The static plan: inventory validated, hardware profile and matched stack resolved per host.
 
-Pure: no host is contacted. ``up`` writes the plan as an extra inventory source so the roles
-receive exactly the versions decided here.
+Pure: no host is contacted. The plan is the only channel from the provisioner to the nodes:
+``HostPlan.variables()`` is everything a role needs (versions, exact pins per package family,
+repositories, the OS list, the profile's expectations, the fabric), and ``write_inventory``
+writes it as an extra inventory source. ``provisioner up`` passes that file next to the user's
+inventory; plain Ansible does the same by hand::
+
+    provisioner plan --inventory INVENTORY -o plan.yml
+    ansible-playbook -i INVENTORY -i plan.yml playbooks/site.yml
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +27,21 @@ from provisioner.matrix import (
     StackMatrix,
     check_cluster,
     load_matrix,
-    packages_map,
+    packages_for,
     resolve_stack,
 )
 from provisioner.profiles import Profile, load_profiles
+
+# Set on every host of a plan; the playbooks refuse to run without it (one line naming the fix).
+PLAN_MARKER = "provisioner_plan_applied"
+
+# The profile fields gpu_validate and preflight compare a node with. The bus-bandwidth floors
+# stay on the controller (the smoke job is judged there), like the profile's sources.
+EXPECTED_FIELDS: tuple[str, ...] = (
+    "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
+    "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
+    "ib_hcas", "ib_rate_gbps",
+)
 
 
 @dataclass(frozen=True)
@@ -31,14 +50,62 @@ class HostPlan:
     kind: str  # gpu | cpu
     profile: Profile | None
     stack: ResolvedStack | None
+    # The fabric this host is configured for (decided once, see _fabric_for).
+    fabric: str = "ethernet"
+    # OS directories (debian12, ubuntu2404, rhel9, ...) this host may run: the stack's OSes that
+    # have a repository (GPU nodes), every OS of the registry (CPU nodes).
+    supported_os: tuple[str, ...] = ()
+    # The repository table the node needs (repositories.cuda limited to supported_os, and the
+    # container toolkit's), in the matrix's own shape.
+    repositories: Mapping[str, Any] = field(default_factory=dict)
+    # Package families of those repositories (apt, apt_ubuntu, dnf).
+    families: tuple[str, ...] = ()
+    # The DNF module stream of the planned driver flavour ("" when the matrix names none).
+    dnf_module_stream: str = ""
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
-        out: dict[str, Any] = {"provisioner_plan_applied": True}
-        if self.stack is not None:
-            out.update(self.stack.as_vars())
-            out["nvidia_stack_packages"] = packages_map(self.stack)
+        out: dict[str, Any] = {
+            PLAN_MARKER: True,
+            "fabric": self.fabric,
+            "gpu_supported_os": list(self.supported_os),
+        }
+        if self.stack is None:
+            return out
+        out.update(self.stack.as_vars())
+        out["nvidia_driver_dnf_module_stream"] = self.dnf_module_stream
+        out["nvidia_repo_repositories"] = dict(self.repositories)
+        out["nvidia_repo_stack_packages"] = {
+            family: _pins_by_component(self.stack, family) for family in self.families}
+        out["gpu_expected"] = self.expected()
         return out
+
+    def expected(self) -> dict[str, Any]:
+        """What validate and preflight compare the node with: the profile's hardware, the
+        planned driver and the fabric."""
+        if self.profile is None or self.stack is None:
+            return {}
+        out: dict[str, Any] = {"profile": self.profile.name}
+        for key in EXPECTED_FIELDS:
+            value = getattr(self.profile, key)
+            out[key] = list(value) if isinstance(value, tuple) else value
+        out["driver_version"] = self.stack.driver_version
+        out["fabric"] = self.fabric
+        return out
+
+
+def _pins_by_component(stack: ResolvedStack, family: str) -> dict[str, list[dict[str, str]]]:
+    """Exact pins of ``family`` grouped by component, in install order, plus the driver
+    packages of the other module flavour (removed on a flavour switch)."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for pin in packages_for(stack, family):
+        out.setdefault(pin.component, []).append({"name": pin.name, "version": pin.version})
+    other = "proprietary" if stack.module_flavor == "open" else "open"
+    other_stack = dataclasses.replace(stack, module_flavor=other)
+    out["driver_other_flavors"] = [{"name": p.name, "version": p.version}
+                                  for p in packages_for(other_stack, family)
+                                  if p.component == "driver"]
+    return out
 
 
 @dataclass
@@ -51,12 +118,20 @@ class ClusterPlan:
         return self.inventory.simulated or any(
             h.profile is not None and h.profile.simulated for h in self.hosts.values())
 
+    def inventory_data(self) -> dict[str, Any]:
+        """The plan as an inventory: host variables only, under ``all``. Ansible merges it with
+        the user's inventory (pass both with -i), so every group of theirs stays as it is."""
+        return {"all": {"hosts": {h.name: h.variables() for h in self.hosts.values()}}}
+
     def write_inventory(self, path: Path) -> Path:
-        data = {"all": {"hosts": {h.name: h.variables() for h in self.hosts.values()}}}
+        path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("# Resolved by the provisioner (plan); overrides nothing the user set "
-                        "except the stack versions it validated.\n"
-                        + yaml.safe_dump(data, sort_keys=True))
+        path.write_text(
+            f"# Written by `provisioner plan` from {self.inventory.source}: the resolved stack,\n"
+            "# pins, repositories and expectations of every host. Use it next to that inventory:\n"
+            f"#   ansible-playbook -i {self.inventory.source} -i {path.name} playbooks/site.yml\n"
+            "# Regenerate it (do not edit it) after changing the inventory.\n"
+            + yaml.safe_dump(self.inventory_data(), sort_keys=True))
         return path
 
 
@@ -67,9 +142,9 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
     profiles = profiles if profiles is not None else load_profiles()
     plan = ClusterPlan(inventory=inventory)
     where = f"inventory {inventory.source}"
+    gpu_fabrics: set[str] = set()
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
-            plan.hosts[name] = HostPlan(name, "cpu", None, None)
             continue
         profile_name = entry.vars.get("gpu_profile")
         if not profile_name:
@@ -83,10 +158,50 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
             stack = resolve_stack(name, entry.vars, profile, matrix)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from exc
-        plan.hosts[name] = HostPlan(name, "gpu", profile, stack)
+        fabric = str(entry.vars.get("fabric") or profile.fabric)
+        gpu_fabrics.add(fabric)
+        plan.hosts[name] = _gpu_host(name, profile, stack, fabric, matrix)
+    for name, entry in inventory.hosts.items():
+        if entry.kind == "cpu":
+            plan.hosts[name] = HostPlan(
+                name, "cpu", None, None, fabric=_cpu_fabric(where, name, entry.vars, gpu_fabrics),
+                supported_os=tuple(sorted(matrix.repositories.cuda)))
+    plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
     try:
         check_cluster(resolved)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from exc
     return plan
+
+
+def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,
+              matrix: StackMatrix) -> HostPlan:
+    base = matrix.stacks[stack.stack]
+    cuda_repos = {os_dir: repo for os_dir, repo in matrix.repositories.cuda.items()
+                  if os_dir in base.os_support}
+    repositories = {
+        "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
+        "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
+    }
+    streams = {str(flavor): stream
+               for flavor, stream in (base.driver.dnf_module_streams or {}).items()}
+    return HostPlan(
+        name, "gpu", profile, stack, fabric=fabric,
+        supported_os=tuple(sorted(cuda_repos)),
+        repositories=repositories,
+        families=tuple(sorted({repo.package_family for repo in cuda_repos.values()})),
+        dnf_module_stream=streams.get(stack.module_flavor, ""))
+
+
+def _cpu_fabric(where: str, name: str, hostvars: Mapping[str, Any],
+                gpu_fabrics: set[str]) -> str:
+    """A CPU node (login, storage, controller) takes its own ``fabric``, else the GPU nodes'
+    one: it sits on their network. GPU nodes on different fabrics leave it ambiguous."""
+    own = hostvars.get("fabric")
+    if own:
+        return str(own)
+    if len(gpu_fabrics) == 1:
+        return next(iter(gpu_fabrics))
+    raise InputError(f"{where}: host {name}: the GPU nodes use different fabrics "
+                     f"({', '.join(sorted(gpu_fabrics))}); set fabric for this CPU node")

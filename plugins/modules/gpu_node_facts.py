@@ -13,8 +13,7 @@ description:
     C(/sys/class/infiniband), the kernel log since boot (Xid errors) and, when present and asked
     for, C(dcgmi diag). Parses everything with the shared parsers of module_utils/gpucluster and
     evaluates it against O(expected).
-  - Read-only. On a SIMULATED node the simulated tools answer and the sysfs root and kernel log
-    are the simulation's (C(/var/lib/gpu-sim)).
+  - Read-only.
 options:
   expected:
     description: Hardware profile fields (gpu_count, gpu_model, nvlink_links_per_gpu, ...) plus
@@ -28,9 +27,14 @@ options:
     choices: [gpu, nvlink, topo, ib, xid, dcgm]
     default: [gpu, nvlink, topo, ib, xid, dcgm]
   ib_sysfs_root:
-    description: Root of the InfiniBand class directory (tests and the simulation change it).
+    description: Root of the InfiniBand class directory.
     type: path
     default: /sys/class/infiniband
+  kernel_log:
+    description: A file holding the kernel log to scan for Xid errors. Empty reads the kernel
+      log since boot with C(journalctl -k -b), else C(dmesg).
+    type: str
+    default: ""
   dcgm_level:
     description: DCGM diagnostic level (1 is quick, 2-3 take minutes).
     type: int
@@ -88,8 +92,6 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_xid,
 )
 
-SIM_DIR = "/var/lib/gpu-sim"
-
 
 def run_tool(module, args):
     path = module.get_bin_path(args[0])
@@ -110,13 +112,13 @@ def guarded(parse, text, err):
         return {"error": "parse failed: %s" % exc}
 
 
-def kernel_log(module, simulated):
-    if simulated:
+def kernel_log(module, path):
+    if path:
         try:
-            with open(os.path.join(SIM_DIR, "dmesg")) as fh:
+            with open(path) as fh:
                 return fh.read(), None
-        except OSError:
-            return "", None
+        except OSError as exc:
+            return None, "cannot read %s: %s" % (path, exc.strerror or exc)
     journal = module.get_bin_path("journalctl")
     if journal:
         rc, out, err = module.run_command([journal, "-k", "-b", "--no-pager", "-q"])
@@ -134,12 +136,12 @@ def main():
                          choices=["gpu", "nvlink", "topo", "ib", "xid", "dcgm"]),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
             dcgm_level=dict(type="int", default=1),
+            kernel_log=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    simulated = os.path.exists("/etc/gpu-sim/SIMULATED")
-    facts = {"simulated": simulated}
+    facts = {}
     if "gpu" in p["subsets"]:
         facts["gpu"] = guarded(parse_nvidia_smi_xml, *run_tool(module, ["nvidia-smi", "-q", "-x"]))
     if "nvlink" in p["subsets"]:
@@ -149,12 +151,10 @@ def main():
         facts["topo"] = guarded(parse_topo_matrix, *run_tool(module, ["nvidia-smi", "topo", "-m"]))
     if "ib" in p["subsets"]:
         root = p["ib_sysfs_root"]
-        if simulated and root == "/sys/class/infiniband":
-            root = os.path.join(SIM_DIR, "sysfs/class/infiniband")
         facts["ib"] = read_ib_sysfs(root) if os.path.isdir(root) else {
             "error": "%s does not exist (no RDMA devices or driver)" % root}
     if "xid" in p["subsets"]:
-        text, err = kernel_log(module, simulated)
+        text, err = kernel_log(module, p["kernel_log"])
         if err:
             facts["xid"] = None
         else:

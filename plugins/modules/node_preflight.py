@@ -11,13 +11,14 @@ short_description: Read-only preflight checks of a node before the NVIDIA stack 
 description:
   - Measures OS, architecture, kernel headers, free disk, Secure Boot, NVIDIA PCI devices and
     clock synchronisation in one round trip, and evaluates them against the given policy.
-  - Never changes the node. On a simulated node (C(/etc/gpu-sim/SIMULATED) present) the PCI
-    devices come from C(/etc/gpu-sim/pci-devices) and are reported as simulated.
+  - Never changes the node.
 options:
   supported_os:
-    description: List of {id, version} the release supports.
+    description: NVIDIA repository directories of the OSes the node may run (C(debian12),
+      C(ubuntu2204), C(rhel9)); the node's C(/etc/os-release) is named the same way (RHEL
+      rebuilds as C(rhel)).
     type: list
-    elements: dict
+    elements: str
     required: true
   min_free_gb:
     description: Free space needed under each of O(disk_paths).
@@ -50,7 +51,7 @@ author: gpu-cluster-provisioner maintainers (@gpucluster)
 EXAMPLES = r"""
 - name: Preflight | Measure and judge the node
   gpucluster.provisioner.node_preflight:
-    supported_os: [{id: debian, version: "12"}]
+    supported_os: [debian12, ubuntu2204, ubuntu2404, rhel9]
     expect_gpus: true
     expected_gpu_count: 8
 """
@@ -80,10 +81,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.preflight import (
     evaluate,
     failed,
+    os_dir,
     parse_lspci_nvidia,
 )
 
-SIM_DIR = "/etc/gpu-sim"
 _SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
@@ -145,13 +146,6 @@ def secure_boot():
 
 
 def pci_devices(module):
-    sim_file = os.path.join(SIM_DIR, "pci-devices")
-    if os.path.exists(os.path.join(SIM_DIR, "SIMULATED")):
-        try:
-            with open(sim_file) as fh:
-                return parse_lspci_nvidia(fh.read()), "simulated"
-        except OSError:
-            return [], "simulated"
     lspci = module.get_bin_path("lspci")
     if not lspci:
         return [], "lspci-missing"
@@ -179,7 +173,7 @@ def time_sync(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            supported_os=dict(type="list", elements="dict", required=True),
+            supported_os=dict(type="list", elements="str", required=True),
             min_free_gb=dict(type="float", default=20),
             disk_paths=dict(type="list", elements="str", default=["/", "/var"]),
             expect_gpus=dict(type="bool", default=False),
@@ -194,11 +188,11 @@ def main():
     os_id, version = read_os_release()
     devices, source = pci_devices(module) if p["expect_gpus"] else ([], "not-checked")
     facts = {
-        "os_id": os_id, "os_version": version, "architecture": platform.machine(),
+        "os_id": os_id, "os_version": version, "os_dir": os_dir(os_id, version),
+        "architecture": platform.machine(),
         "kernel": kernel, "kernel_headers": kernel_headers(module, kernel),
         "disk": disk(p["disk_paths"]), "secure_boot": secure_boot(),
         "pci_devices": devices, "pci_source": source, "time_sync": time_sync(module),
-        "simulated": os.path.exists(os.path.join(SIM_DIR, "SIMULATED")),
     }
     checks = evaluate(facts, {
         "supported_os": p["supported_os"], "min_free_gb": p["min_free_gb"],

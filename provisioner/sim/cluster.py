@@ -243,19 +243,82 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
             ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
              0o644),
             ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
-            ("etc/gpu-sim/pci-devices", _lspci_lines(profile_json).encode(), 0o644),
             ("var/lib/gpu-sim", None, 0o755),
-            ("var/lib/gpu-sim/dmesg", kernel_log(parse_faults(faults)).encode(), 0o644),
+            (SIM_KERNEL_LOG.lstrip("/"), kernel_log(parse_faults(faults)).encode(), 0o644),
+            # lspci as a real GPU node answers it; /usr/local/bin comes first on PATH (sudo's
+            # secure_path too), ahead of the image's pciutils.
+            ("usr/local/bin/lspci", _lspci_script(profile_json).encode(), 0o755),
+            # The device nodes the NVIDIA driver creates, made at every boot (/dev is a tmpfs).
+            ("usr/local/sbin/gpu-sim-devices", _devices_script(profile_json).encode(), 0o755),
+            (f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT.encode(), 0o644),
+            ("etc/systemd/system/sysinit.target.wants", None, 0o755),
+            (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
+             f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
         ]
         out += _ib_tree(profile_json, faults)
     return out
+
+
+# Where a simulated node keeps what a container cannot show at the kernel's own paths; the
+# simulated cluster's inventory points the roles' path parameters here (sim_inventory_vars).
+SIM_KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
+SIM_IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
+# Written by the simulated driver package (provisioner/sim/mirror.py): what "loaded" means here.
+SIM_DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
+
+
+def sim_inventory_vars() -> dict[str, Any]:
+    """Role parameters whose real defaults name kernel interfaces a container lacks, set to
+    the simulated node's stand-ins; plus the flag that marks every report SIMULATED."""
+    return {
+        "provisioner_simulated": True,
+        "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
+        "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
+        "gpu_validate_kernel_log": SIM_KERNEL_LOG,
+    }
+
+
+DEVICES_UNIT = "gpu-sim-devices.service"
+DEVICES_UNIT_TEXT = """\
+# SIMULATED node (gpu-cluster-provisioner): creates the NVIDIA device nodes at boot.
+[Unit]
+Description=SIMULATED NVIDIA device nodes
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/gpu-sim-devices
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+# Character major of /dev/nvidia* (fixed by the driver); the NVSwitch control device gets a
+# dynamic major on real systems, this one stands in for it.
+NVIDIA_MAJOR = 195
+NVSWITCH_MAJOR = 509
+
+
+def _devices_script(profile: Mapping[str, Any]) -> str:
+    count = int(profile.get("gpu_count", 0))
+    nodes = [("nvidiactl", NVIDIA_MAJOR, 255)]
+    nodes += [(f"nvidia{i}", NVIDIA_MAJOR, i) for i in range(count)]
+    if profile.get("nvswitch"):
+        nodes.append(("nvidia-nvswitchctl", NVSWITCH_MAJOR, 0))
+    lines = ["#!/bin/sh", "# SIMULATED node (gpu-cluster-provisioner): the device nodes the "
+             "NVIDIA driver creates.", "set -e"]
+    lines += [f"[ -e /dev/{name} ] || mknod -m 0666 /dev/{name} c {major} {minor}"
+              for name, major, minor in nodes]
+    return "\n".join(lines) + "\n"
 
 
 def _ib_tree(profile_json: Mapping[str, Any],
              faults: Iterable[str]) -> list[tuple[str, bytes | None, int]]:
     """The simulated /sys/class/infiniband, placed under /var/lib/gpu-sim/sysfs."""
     out: list[tuple[str, bytes | None, int]] = []
-    base = "var/lib/gpu-sim/sysfs/class/infiniband"
+    base = SIM_IB_SYSFS.lstrip("/")
     out.append(("var/lib/gpu-sim/sysfs", None, 0o755))
     out.append(("var/lib/gpu-sim/sysfs/class", None, 0o755))
     with tempfile.TemporaryDirectory() as tmp:
@@ -276,14 +339,37 @@ HGX_BUS_IDS = tuple(f"{bus:02x}" for bus in HGX_BUS_NUMBERS)
 
 
 def _lspci_lines(profile: Mapping[str, Any]) -> str:
+    """The profile's GPUs as `lspci -nn` prints them (a pci.ids too old to name the model)."""
     ids = list(profile.get("pci_device_ids") or ["10de:2330"])
     count = int(profile.get("gpu_count", 0))
     lines = []
     for i in range(count):
         bus = HGX_BUS_IDS[i] if i < len(HGX_BUS_IDS) else f"{0xe0 + i:02x}"
         lines.append(f"{bus}:00.0 3D controller [0302]: NVIDIA Corporation Device [{ids[0]}] "
-                     f"(rev a1) SIMULATED")
+                     "(rev a1)")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _lspci_script(profile: Mapping[str, Any]) -> str:
+    """A stand-in lspci: prints the NVIDIA devices for no filter or an NVIDIA -d filter."""
+    return (
+        "#!/bin/sh\n"
+        "# SIMULATED lspci (gpu-cluster-provisioner): the profile's GPUs in `lspci -nn` format.\n"
+        "filter=\n"
+        "while [ $# -gt 0 ]; do\n"
+        "  case \"$1\" in\n"
+        "    -d) filter=\"$2\"; shift 2 ;;\n"
+        "    -d*) filter=\"${1#-d}\"; shift ;;\n"
+        "    *) shift ;;\n"
+        "  esac\n"
+        "done\n"
+        "case \"$filter\" in\n"
+        "  ''|10de|10de:*) ;;\n"
+        "  *) exit 0 ;;\n"
+        "esac\n"
+        "cat <<'EOF'\n"
+        f"{_lspci_lines(profile)}"
+        "EOF\n")
 
 
 OPS_UID = 1000  # the first user debootstrap's useradd creates in the node image
@@ -366,7 +452,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                 "gpu_package_source": f"http://{MIRROR}:{MIRROR_PORT}/",
                 "gpu_package_source_dir": str(mirror_dir()),
                 "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
-                "provisioner_simulated": True,
+                **sim_inventory_vars(),
             },
             "children": groups,
         }

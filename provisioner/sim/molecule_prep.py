@@ -1,22 +1,30 @@
 """Prepare molecule runs: make sure the node image exists, clear stale molecule containers of
-ours, and write the simulation tarballs the scenarios unpack. Prints the environment lines the
-Makefile exports (MOLECULE_NODE_IMAGE, MOLECULE_SIM_FILES, MOLECULE_MIRROR_URL,
-MOLECULE_MIRROR_FINGERPRINT). ``--cleanup`` only removes our molecule containers."""
+ours, write the simulation tarballs the scenarios unpack, and give each scenario that has a
+``molecule/<scenario>/inventory/hosts.yml`` an inventory directory the way a user runs plain
+Ansible: that inventory, the simulated cluster's variables (mirror, key, stand-in paths) and
+the plan ``provisioner plan`` writes for them (molecule.yml links the directory as ``hosts``).
+Prints the environment lines the Makefile exports (MOLECULE_NODE_IMAGE, MOLECULE_SIM_FILES,
+MOLECULE_MIRROR_URL, MOLECULE_MIRROR_FINGERPRINT, MOLECULE_INVENTORIES). ``--cleanup`` only
+removes our molecule containers."""
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+import yaml
+
+from provisioner import plan as plan_mod
 from provisioner.errors import EnvironmentProblem, ProvisionerError
-from provisioner.paths import cache_dir
+from provisioner.paths import cache_dir, project_root
 from provisioner.profiles import load_profiles
 from provisioner.sim import podman
-from provisioner.sim.cluster import mirror_dir, sim_files
+from provisioner.sim.cluster import mirror_dir, sim_files, sim_inventory_vars
 from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import build_mirror
 
@@ -41,6 +49,27 @@ def write_tarballs(dest: Path, profile: str = "sim-h100-8gpu") -> Path:
                     info.size, info.mode = len(data), mode
                     tar.addfile(info, io.BytesIO(data))
         (dest / f"{group}.tar").write_bytes(buf.getvalue())
+    return dest
+
+
+def write_inventories(dest: Path, mirror_url: str, fingerprint: str,
+                      scenarios: Path | None = None) -> Path:
+    """dest/<scenario>/{hosts.yml, sim.yml, plan.yml} for every scenario that has an
+    inventory/hosts.yml."""
+    scenarios = scenarios or project_root() / "molecule"
+    if dest.exists():
+        shutil.rmtree(dest)
+    for source in sorted(scenarios.glob("*/inventory/hosts.yml")):
+        out = dest / source.parent.parent.name
+        out.mkdir(parents=True)
+        shutil.copyfile(source, out / "hosts.yml")
+        extra = {"gpu_package_source": mirror_url,
+                 "nvidia_repo_mirror_key_fingerprint": fingerprint, **sim_inventory_vars()}
+        (out / "sim.yml").write_text(
+            "# Written by provisioner.sim.molecule_prep: the simulated nodes' variables.\n"
+            + yaml.safe_dump({"all": {"vars": extra}}, sort_keys=True))
+        # Planned from the two files above, written next to them (Ansible reads all three).
+        plan_mod.build(out).write_inventory(out / "plan.yml")
     return dest
 
 
@@ -84,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         image = ensure_image()
         files = write_tarballs(cache_dir() / "molecule")
         url, fingerprint = start_mirror(image.name)
+        inventories = write_inventories(cache_dir() / "molecule" / "inventories", url,
+                                        fingerprint)
     except ProvisionerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -91,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MOLECULE_SIM_FILES={files}")
     print(f"MOLECULE_MIRROR_URL={url}")
     print(f"MOLECULE_MIRROR_FINGERPRINT={fingerprint}")
+    print(f"MOLECULE_INVENTORIES={inventories}")
     return 0
 
 

@@ -1,11 +1,14 @@
 """The whole flow on a 3-node simulated cluster: up (preflight, stack, fabric, validate, smoke),
-a rerun that changes nothing, injected faults that validation must catch, and a node killed in
-the middle of the smoke job. Order matters: the tests share one cluster and go from healthy to
-broken."""
+a rerun that changes nothing, the plain Ansible path agreeing with up, injected faults that
+validation must catch, and a node killed in the middle of the smoke job. Order matters: the
+tests share one cluster and go from healthy to broken."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -13,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from provisioner import plan as plan_mod
 from tests.e2e.conftest import newest_report
+
+ROOT = Path(__file__).resolve().parents[2]
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -66,6 +72,50 @@ def test_check_mode_on_a_converged_cluster_reports_no_change(cli: Cli, inventory
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     report = newest_report(runs_dir)
     assert {p["name"]: p["changed"] for p in report["phases"]}["stack"] == 0
+
+
+def ansible_playbook(*args: str) -> subprocess.CompletedProcess[str]:
+    """Plain ansible-playbook from the checkout (its ansible.cfg), as a user runs it."""
+    binary = Path(sys.executable).parent / "ansible-playbook"
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=1800, check=False,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                               "ANSIBLE_FORCE_COLOR": "0"})
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP counters per host."""
+    out: dict[str, dict[str, int]] = {}
+    for host, counters in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.M):
+        out[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counters)}
+    return out
+
+
+def test_plain_ansible_without_a_plan_stops_in_one_line(inventory: Path) -> None:
+    out = ansible_playbook("-i", str(inventory / "hosts.yml"), "playbooks/preflight.yml")
+    assert out.returncode != 0
+    assert "no plan variables; run `provisioner plan --inventory INVENTORY -o plan.yml`" in (
+        out.stdout), out.stdout[-2000:]
+
+
+def test_plain_ansible_path_and_up_agree(cli: Cli, inventory: Path, runs_dir: Path,
+                                        tmp_path: Path) -> None:
+    # The documented plain path after `provisioner up`: plan -o plan.yml, then site.yml with
+    # the plan as a second inventory. Nothing may change, and `up` afterwards changes nothing.
+    plan_file = plan_mod.build(inventory).write_inventory(tmp_path / "plan.yml")
+    out = ansible_playbook("-i", str(inventory / "hosts.yml"), "-i", str(plan_file),
+                           "playbooks/site.yml")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    counters = recap(out.stdout)
+    assert set(counters) == {"sim-login-1", "sim-gpu-1", "sim-gpu-2"}, out.stdout[-1500:]
+    assert {h: c["changed"] for h, c in counters.items()} == dict.fromkeys(counters, 0), (
+        out.stdout[-3000:])
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counters.values())
+    out = cli("up", "--inventory", str(inventory), "--yes", "--skip-smoke")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    report = newest_report(runs_dir)
+    changed = {p["name"]: p["changed"] for p in report["phases"]}
+    assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0}
 
 
 def test_injected_faults_are_caught_by_validation(cli: Cli, inventory: Path,

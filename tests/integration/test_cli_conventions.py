@@ -142,8 +142,8 @@ def test_quiet_plan_prints_only_the_verdict(tmp_path: Path) -> None:
 def test_verbose_plan_shows_the_plan_variables(tmp_path: Path) -> None:
     hosts = write(tmp_path / "hosts.yml", GOOD)
     plain, verbose = run("plan", "-i", str(hosts)), run("plan", "-v", "-i", str(hosts))
-    assert "nvidia_stack_packages" not in plain.stdout
-    assert "nvidia_stack_packages" in verbose.stdout
+    assert "nvidia_repo_stack_packages" not in plain.stdout
+    assert "nvidia_repo_stack_packages" in verbose.stdout
 
 
 @pytest.mark.parametrize("args", [["-v", "-q", "plan"], ["-v", "plan", "-q"],

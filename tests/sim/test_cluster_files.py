@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 from provisioner.profiles import load_profiles
-from provisioner.sim.cluster import SimSpec, sim_files
+from provisioner.sim.cluster import SimSpec, sim_files, sim_inventory_vars
 from provisioner.sim.faults import for_node
 from provisioner.sim.image import image_for
 
@@ -48,8 +49,10 @@ def test_gpu_node_gets_profile_pci_devices_ib_ports_and_kernel_log() -> None:
     gpu = files("gpu_nodes", ["gpu6-xid-79", "mlx5_2-half-rate"])
     profile = json.loads(gpu["etc/gpu-sim/profile.json"][0] or b"{}")
     assert profile["gpu_count"] == 8 and profile["hostname"] == "n1"
-    devices = parse_lspci_nvidia((gpu["etc/gpu-sim/pci-devices"][0] or b"").decode())
+    devices = parse_lspci_nvidia(run_lspci(gpu, "-nn", "-d", "10de:"))
     assert [d["device_id"] for d in devices] == ["10de:2330"] * 8
+    assert [d["slot"] for d in devices][:2] == ["19:00.0", "3b:00.0"]
+    assert run_lspci(gpu, "-nn", "-d", "15b3:") == ""  # another vendor: nothing
     [event] = parse_xid((gpu["var/lib/gpu-sim/dmesg"][0] or b"").decode())
     assert event["xid"] == 79 and event["pci"] == "0000:cb:00"
     base = "var/lib/gpu-sim/sysfs/class/infiniband"
@@ -58,7 +61,58 @@ def test_gpu_node_gets_profile_pci_devices_ib_ports_and_kernel_log() -> None:
     assert len([p for p in gpu if p.endswith("/ports/1/state")]) == 8
 
 
+def run_lspci(node: dict[str, tuple[bytes | None, int]], *args: str) -> str:
+    script, mode = node["usr/local/bin/lspci"]
+    assert mode == 0o755 and script is not None
+    return subprocess.run(["sh", "-c", script.decode(), "lspci", *args], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_gpu_node_creates_the_driver_device_nodes_at_boot() -> None:
+    gpu = files("gpu_nodes", [])
+    script = (gpu["usr/local/sbin/gpu-sim-devices"][0] or b"").decode()
+    made = [line.split()[-4:] for line in script.splitlines() if "mknod" in line]
+    assert made[0] == ["/dev/nvidiactl", "c", "195", "255"]
+    assert [m[0] for m in made[1:9]] == [f"/dev/nvidia{i}" for i in range(8)]
+    assert all(m[1:3] == ["c", "195"] for m in made[:9])
+    assert made[-1][0] == "/dev/nvidia-nvswitchctl"  # the profile has NVSwitches
+    unit = "etc/systemd/system/sysinit.target.wants/gpu-sim-devices.service"
+    assert gpu[unit] == (b"/etc/systemd/system/gpu-sim-devices.service", -1)
+    assert "usr/local/sbin/gpu-sim-devices" not in files("cpu_nodes", [])
+
+
+def test_inventory_points_role_paths_at_the_nodes_stand_ins() -> None:
+    gpu = files("gpu_nodes", [])
+    extra = sim_inventory_vars()
+    assert extra["provisioner_simulated"] is True
+    for var in ("gpu_validate_ib_sysfs_root", "gpu_validate_kernel_log"):
+        path = str(extra[var]).lstrip("/")
+        assert path in gpu, var
+    # The driver version file comes with the simulated driver package, not with the node.
+    assert str(extra["nvidia_driver_loaded_version_file"]).startswith("/usr/lib/gpu-sim/")
+
+
 def test_image_name_follows_the_recipe() -> None:
     image = image_for("bookworm")
     assert image.name.startswith("localhost/gpuc-node:debian12-")
     assert image_for("trixie").name.startswith("localhost/gpuc-node:debian13-")
+
+
+def test_molecule_scenarios_get_their_inventory_the_sim_variables_and_the_plan(
+        tmp_path: Path) -> None:
+    import yaml
+
+    from provisioner.sim.molecule_prep import write_inventories
+
+    dest = write_inventories(tmp_path / "inv", "http://mirror:8080/", "A" * 40)
+    assert sorted(p.name for p in dest.iterdir()) == ["default", "nvidia_repo"]
+    repo = dest / "nvidia_repo"
+    assert sorted(p.name for p in repo.iterdir()) == ["hosts.yml", "plan.yml", "sim.yml"]
+    sim = yaml.safe_load((repo / "sim.yml").read_text())["all"]["vars"]
+    assert sim["gpu_package_source"] == "http://mirror:8080/"
+    assert sim["nvidia_repo_mirror_key_fingerprint"] == "A" * 40
+    plan = yaml.safe_load((repo / "plan.yml").read_text())["all"]["hosts"]
+    assert plan["gpuc-mol-repo-1"]["gpu_stack"] == "cuda-12.8"
+    default = yaml.safe_load((dest / "default" / "plan.yml").read_text())["all"]["hosts"]
+    assert set(default) == {"gpuc-mol-login-1", "gpuc-mol-gpu-1", "gpuc-mol-gpu-2"}
+    assert "nvidia_repo_stack_packages" not in default["gpuc-mol-login-1"]

@@ -2,7 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucluster.preflight import evaluate, failed, parse_lspci_nvidia
+import pytest
+from gpucluster.preflight import evaluate, failed, os_dir, parse_lspci_nvidia
+
+from provisioner.matrix import load_matrix
 
 LSPCI = """\
 18:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)
@@ -12,7 +15,7 @@ LSPCI = """\
 """
 
 POLICY: dict[str, Any] = {
-    "supported_os": [{"id": "debian", "version": "12"}, {"id": "ubuntu", "version": "22.04"}],
+    "supported_os": ["debian12", "ubuntu2204"],
     "min_free_gb": 20, "expect_gpus": True, "expected_gpu_count": 2,
     "expected_pci_ids": ["10de:2330"],
 }
@@ -86,3 +89,34 @@ def test_real_lspci_captures_count_gpus(captures: Any) -> None:
     gpus = [d for d in parse_lspci_nvidia(text) if d["kind"] == "gpu"]
     assert len(gpus) == 8
     assert {d["device_id"] for d in gpus} == {"10de:20b2"}
+
+
+@pytest.mark.parametrize(("os_id", "version", "expected"), [
+    ("debian", "12", "debian12"), ("debian", "13", "debian13"), ("ubuntu", "22.04", "ubuntu2204"),
+    ("ubuntu", "24.04", "ubuntu2404"), ("rhel", "9.4", "rhel9"), ("rocky", "9.3", "rhel9"),
+    ("almalinux", "9", "rhel9"), ("centos", "7", "centos7"),
+])
+def test_os_is_named_like_the_matrix_repository_directories(os_id: str, version: str,
+                                                             expected: str) -> None:
+    assert os_dir(os_id, version) == expected
+
+
+def test_every_matrix_repository_is_reachable_by_some_os_release() -> None:
+    # The registry's keys must be names a real os-release can produce, or no node could match.
+    releases = [("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9.4")]
+    assert set(load_matrix().repositories.cuda) <= {os_dir(i, v) for i, v in releases}
+
+
+def test_debian_13_is_refused_in_one_line_naming_it_and_the_supported_ones() -> None:
+    # The OS list the plan hands preflight: the default stack's OSes that have a repository.
+    matrix = load_matrix()
+    stack = matrix.stacks[matrix.default_stack]
+    supported = sorted(set(stack.os_support) & set(matrix.repositories.cuda))
+    assert "debian12" in supported and "debian13" not in supported
+    checks = evaluate(facts(os_id="debian", os_version="13"), {**POLICY, "supported_os": supported})
+    assert [c["name"] for c in failed(checks)] == ["os_supported"]
+    detail = by_name(checks)["os_supported"]["detail"]
+    assert "\n" not in detail
+    assert "debian 13 (debian13)" in detail and ", ".join(supported) in detail
+    ok = evaluate(facts(os_id="debian", os_version="12"), {**POLICY, "supported_os": supported})
+    assert by_name(ok)["os_supported"]["status"] == "pass"

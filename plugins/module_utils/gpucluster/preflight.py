@@ -31,6 +31,24 @@ def parse_lspci_nvidia(text):
     return out
 
 
+# RHEL rebuilds install from RHEL's repository (NVIDIA publishes rhel<major> only).
+_RHEL_LIKE = ("rhel", "rocky", "almalinux")
+
+
+def os_dir(os_id, version_id):
+    """The NVIDIA repository directory an OS installs from, named the way the stack matrix's
+    repository table names it: ``debian12``, ``ubuntu2204`` (Ubuntu keeps the minor), ``rhel9``
+    (Rocky and AlmaLinux too). ``os_id``/``version_id`` are os-release's ID and VERSION_ID."""
+    os_id = (os_id or "unknown").lower()
+    version = str(version_id or "")
+    if os_id == "ubuntu":
+        return "ubuntu" + version.replace(".", "")
+    major = version.split(".", maxsplit=1)[0]
+    if os_id in _RHEL_LIKE:
+        return "rhel" + major
+    return os_id + major
+
+
 def check(name, status, measured, expected, detail):
     return {"name": name, "status": status, "measured": measured, "expected": expected,
             "detail": detail}
@@ -39,13 +57,14 @@ def check(name, status, measured, expected, detail):
 def evaluate(facts, policy):
     """facts: what node_preflight measured; policy: thresholds from role variables."""
     checks = []
-    os_id = "%s %s" % (facts.get("os_id"), facts.get("os_version"))
-    supported = ["%s %s" % (o["id"], o["version"]) for o in policy.get("supported_os", [])]
-    ok = os_id in supported
-    checks.append(check("os_supported", PASS if ok else FAIL, os_id, " | ".join(supported),
-                        "supported OS" if ok else
-                        "OS %s is not supported by this release; use one of: %s"
-                        % (os_id, ", ".join(supported))))
+    name = facts.get("os_dir") or os_dir(facts.get("os_id"), facts.get("os_version"))
+    supported = sorted(policy.get("supported_os") or [])
+    ok = name in supported
+    label = "%s %s (%s)" % (facts.get("os_id"), facts.get("os_version"), name)
+    checks.append(check("os_supported", PASS if ok else FAIL, name, " | ".join(supported),
+                        "supported OS %s" % label if ok else
+                        "OS %s has no NVIDIA repository in the stack matrix for this node's "
+                        "stack; supported: %s" % (label, ", ".join(supported) or "none")))
 
     arch = facts.get("architecture")
     archs = policy.get("architectures", ["x86_64", "aarch64"])
@@ -109,7 +128,6 @@ def _gpu_checks(facts, policy):
     gpus = [d for d in devices if d["kind"] == "gpu"]
     expected = policy.get("expected_gpu_count")
     ids = sorted({d["device_id"] for d in gpus})
-    src = " (simulated)" if facts.get("pci_source") == "simulated" else ""
     out = []
     if expected is None:
         ok = len(gpus) > 0
@@ -118,10 +136,10 @@ def _gpu_checks(facts, policy):
         ok = len(gpus) == int(expected)
         exp = str(expected)
     out.append(check("nvidia_pci_devices", PASS if ok else FAIL, len(gpus), exp,
-                     "NVIDIA GPUs on the PCI bus%s" % src if ok else
-                     "lspci shows %d NVIDIA GPU(s)%s, the profile expects %s: check seating, "
+                     "NVIDIA GPUs on the PCI bus" if ok else
+                     "lspci shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
                      "power and BIOS PCIe settings before installing a driver"
-                     % (len(gpus), src, exp)))
+                     % (len(gpus), exp)))
     wanted = [w.lower() for w in policy.get("expected_pci_ids") or []]
     if wanted and gpus:
         bad = [i for i in ids if i not in wanted]

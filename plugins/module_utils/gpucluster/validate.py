@@ -14,7 +14,7 @@ SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
 
 def evaluate(facts, expected):
-    """facts: {gpu, nvlink, ib, xid, dcgm, simulated}; expected: profile fields plus
+    """facts: {gpu, nvlink, ib, xid, dcgm}; expected: profile fields plus
     driver_version, fabric, dcgm_required. Only the subsets present in facts are judged (a
     subset that was read but failed is present, with an error)."""
     checks = []

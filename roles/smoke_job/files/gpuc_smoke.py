@@ -1,7 +1,7 @@
 """Distributed smoke job: proves that a cluster's GPUs, interconnect and PyTorch stack work.
 
 Launched by ``torchrun`` on every node (one process per GPU, or ``--nproc-per-node N`` CPU
-processes on simulated nodes). It checks, in order:
+processes on nodes without usable GPUs). It checks, in order:
 
 1. inventory: every rank's host, local rank, device and visible GPU count; a node that sees
    fewer GPUs than ``--expect-gpus-per-node`` fails the job before anything else runs;
