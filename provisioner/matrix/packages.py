@@ -138,8 +138,9 @@ def conventional(v: NamingInputs, component: str, family: str,
             rev = v.facts.ubuntu_revision(d)
             return [(drv, f"{d}-{rev.nvidia_driver}"),
                     (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
-        # rhel9: DKMS kernel module and the CUDA driver metapackage, epoch 3 [CIG] [KM]
-        # (the epoch is not verified against a live repository, see stacks.yml).
+        # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
+        # nvidia-driver-cuda-3:570.133.20-1.el9 [DIG]; installed from the branch's module
+        # stream (ResolvedStack.dnf_module_stream).
         kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
         return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
     if component == "fabricmanager":
