@@ -41,7 +41,8 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the file ({exc.strerror or exc})") from exc
     try:
-        data = yaml.safe_load(text)
+        # libyaml's safe loader where PyYAML has it: the same data, several times faster.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

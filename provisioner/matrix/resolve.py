@@ -5,7 +5,7 @@ variable. Pure: nothing here touches a host, prints or exits."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioner.errors import InputError
@@ -110,9 +110,39 @@ def _known_cudnn_builds(matrix: StackMatrix) -> list[str]:
     return sorted({s.cudnn.version for s in matrix.stacks.values()}, key=version_tuple)
 
 
+# The host variables resolution reads (every ``_override`` below). Two hosts that agree on
+# these, on the profile and on the matrix resolve to the same stack.
+RESOLVE_VARIABLES = ("gpu_stack", "nvidia_driver_version", "nvidia_driver_module_flavor",
+                     "cuda_version", "cudnn_version", "nccl_version",
+                     "nvidia_container_toolkit_version", "nvidia_fabricmanager_version")
+_CACHE_LIMIT = 1024
+_CacheKey = tuple[int, int, tuple[tuple[str, str], ...]]
+# key -> (matrix, profile, resolved): the objects are held so that their ids stay theirs.
+_cache: dict[_CacheKey, tuple[StackMatrix, Profile | None, ResolvedStack]] = {}
+
+
 def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
                   matrix: StackMatrix) -> ResolvedStack:
-    """Apply ``gpu_stack`` and the overrides for ``host``, then check every rule."""
+    """Apply ``gpu_stack`` and the overrides for ``host``, then check every rule.
+
+    A fleet has thousands of hosts and a handful of distinct (profile, stack, overrides)
+    groups: each group is resolved once per matrix and profile object (both frozen) and every
+    other host of the group gets a copy naming it. Violations are never cached, so an error
+    names the host it was found on, as an uncached resolution would."""
+    key: _CacheKey = (id(matrix), id(profile), tuple(
+        (type(value).__name__, repr(value)) for value in map(hostvars.get, RESOLVE_VARIABLES)))
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is matrix and hit[1] is profile:
+        return replace(hit[2], host=host)
+    resolved = _resolve(host, hostvars, profile, matrix)
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = (matrix, profile, resolved)
+    return resolved
+
+
+def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
+             matrix: StackMatrix) -> ResolvedStack:
     stack_name = _override(hostvars, "gpu_stack", host) or matrix.default_stack
     stack = matrix.stacks.get(stack_name)
     if stack is None:
