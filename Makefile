@@ -53,8 +53,10 @@ molecule: deps
 	  $(BIN)/molecule test --all; status=$$?; \
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
 
+# Writes bench/results/<timestamp>.json and prints the table; BENCH_ARGS=--controller-only
+# needs no cluster, BENCH_ARGS=--nodes=1,3,8,24 adds the 24-node rerun.
 bench: deps
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 down: deps
 	$(BIN)/provisioner sim down

@@ -1,14 +1,17 @@
-"""Benchmarks on the simulated cluster; prints tables (numbers are this machine's, SIMULATED).
+"""The bench: measures, prints a table, writes ``bench/results/<timestamp>.json``.
 
-1. `provisioner up --skip-smoke` wall time, first run and rerun, on 1 and 3 simulated nodes,
-   against the floor: the same package work (repository key + source, apt pins, update,
-   install of the pinned stack, hold) done by a plain shell script over SSH, in parallel on the
-   same kind of fresh nodes.
-2. Controller-side cost that must not grow with the fleet: `provisioner plan` on a 100- and a
-   2,000-host inventory whose hosts do not exist, and the runner's event folding (events/s and
-   peak memory over 200,000 synthetic events).
+Top-level keys of the result (numbers, lower is better; null with a reason in ``not_measured``
+when a mode did not measure them): ``stack_rerun_over_floor``, ``rerun_8_over_1``,
+``tuned_over_stock``, ``up_3_nodes_s``, ``plan_2000_hosts_s``,
+``display_us_per_event_2000_hosts``, ``unreachable_node_cost_s``, ``cores``; the detail of every
+measure under ``controller`` and ``cluster``.
 
-Usage: python bench/run.py [--nodes 1,3] [--skip-cluster]
+    python bench/run.py                      # controller + simulated cluster (podman), 1,3,8 nodes
+    python bench/run.py --controller-only    # no cluster: plan, live display, event folding
+    python bench/run.py --nodes 1,3,8,24     # also the 24-node rerun
+    python bench/run.py --no-profile         # skip the profile_tasks/profile_roles rerun
+
+Cluster numbers are SIMULATED (containers on this machine); controller numbers are real.
 """
 
 from __future__ import annotations
@@ -16,140 +19,106 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
+import platform
 import subprocess
 import sys
-import tempfile
 import time
-import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = str(Path(sys.executable).parent / "provisioner")
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import controller  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+
+# The issue's table: what the previous session measured ("now") and the target.
+HEADLINE = (
+    # key, what, now, target
+    ("stack_rerun_over_floor", "idempotent stack rerun / raw-shell floor, 1 node", 8.9, 2.0),
+    ("rerun_8_over_1", "idempotent `up` rerun, 8 nodes / 1 node (before: 3 / 1)", 1.6, 1.5),
+    ("tuned_over_stock", "tuned rerun time / stock-settings rerun time", None, 0.5),
+    ("up_3_nodes_s", "first `up --skip-smoke`, 3 nodes (s)", 86.6, 25.0),
+    ("plan_2000_hosts_s", "`provisioner plan`, 2,000 hosts (s, process wall)", 3.0, 0.5),
+    ("unreachable_node_cost_s", "one unreachable node's cost to `validate` (s)", 47.0, 10.0),
+    ("display_us_per_event_2000_hosts", "live display per event, 2,000 hosts (us)", 6000.0,
+     50.0),
+)
 
 
-def sh(cmd: list[str], timeout: float = 3600, env: dict[str, str] | None = None) -> float:
-    started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, **(env or {})})
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-        raise SystemExit(f"bench: {' '.join(cmd[:4])} failed (exit {proc.returncode}):\n{tail}")
-    return elapsed
+def _git_commit() -> str | None:
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return (proc.stdout.strip() + ("+dirty" if dirty else "")) if proc.returncode == 0 else None
 
 
-def sim_up(nodes: int, inv: Path) -> None:
-    sh([BIN, "sim", "up", "--nodes", str(nodes), "--recreate", "--inventory-dir", str(inv)])
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in ("ansible-core", "ansible-runner", "rich"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "absent"
+    return out
 
 
-def shell_floor(inv: Path) -> float:
-    """The same package work as the stack phase, as a plain script per node, in parallel."""
-    from provisioner.matrix import packages_for
-    from provisioner.plan import build
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "mode": "controller-only" if args.controller_only else "full",
+        "cores": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "commit": _git_commit(),
+        "versions": _versions(),
+    }
+    keys: dict[str, float | None] = {k: None for k, *_ in HEADLINE}
+    why: dict[str, str] = {}
 
-    plan = build(inv / "hosts.yml")
-    data = yaml.safe_load((inv / "hosts.yml").read_text())["all"]
-    mirror = data["vars"]["gpu_package_source"].rstrip("/")
-    key = data["vars"]["ansible_ssh_private_key_file"]
-    ssh_opts = data["vars"]["ansible_ssh_common_args"].split()
-    procs = []
-    started = time.monotonic()
-    for name, hp in plan.hosts.items():
-        if hp.stack is None:
-            continue
-        pins = packages_for(hp.stack, "apt")
-        prefs = "".join(f"Package: {p.name}\nPin: version {p.version}\nPin-Priority: 1001\n\n"
-                        for p in pins)
-        specs = " ".join(shlex.quote(f"{p.name}={p.version}") for p in pins)
-        names = " ".join(p.name for p in pins)
-        script = f"""set -e
-mkdir -p /etc/apt/keyrings
-curl -fsS {mirror}/keys/mirror.asc -o /etc/apt/keyrings/bench.asc 2>/dev/null || \
-  python3 -c "import urllib.request,sys;sys.stdout.buffer.write(urllib.request.urlopen('{mirror}/keys/mirror.asc').read())" > /etc/apt/keyrings/bench.asc
-echo "deb [signed-by=/etc/apt/keyrings/bench.asc] {mirror}/cuda/debian12/x86_64/ /" > /etc/apt/sources.list.d/bench-cuda.list
-echo "deb [signed-by=/etc/apt/keyrings/bench.asc] {mirror}/libnvidia-container/stable/deb/amd64/ /" > /etc/apt/sources.list.d/bench-ctk.list
-cat > /etc/apt/preferences.d/bench.pref <<'PREF'
-{prefs}PREF
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --allow-downgrades {specs} >/dev/null
-apt-mark hold {names} >/dev/null
-"""
-        host = data["children"]["gpu_nodes"]["hosts"][name]["ansible_host"]
-        procs.append(subprocess.Popen(
-            ["ssh", "-i", key, *ssh_opts, "-o", "BatchMode=yes", f"ops@{host}", "sudo", "bash", "-s"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        procs[-1].stdin.write(script)  # type: ignore[union-attr]
-        procs[-1].stdin.close()  # type: ignore[union-attr]
-    for proc in procs:
-        if proc.wait(timeout=1800) != 0:
-            raise SystemExit(f"bench: shell floor failed: {proc.stderr.read()[-500:]}")  # type: ignore[union-attr]
-    return time.monotonic() - started
+    plan = controller.plan_bench(hosts=2000, repeat=args.repeat)
+    display = controller.display_bench(hosts=2000, budget_s=args.display_budget)
+    events = controller.event_bench()
+    keys["plan_2000_hosts_s"] = plan["uniform"]["cli_wall_s"]
+    keys["display_us_per_event_2000_hosts"] = display["us_per_event"]
+    result["controller"] = {"plan": plan, "display": display, "events": events}
+
+    if args.controller_only:
+        for key, value in keys.items():
+            if value is None:
+                why[key] = "not measured: --controller-only (needs the simulated cluster)"
+    else:
+        from bench import cluster
+
+        nodes = [int(n) for n in args.nodes.split(",")]
+        measured = cluster.cluster_bench(nodes, profile=not args.no_profile)
+        result["cluster"] = measured
+        cluster_keys, cluster_why = cluster.headline(measured)
+        keys.update(cluster_keys)
+        why.update(cluster_why)
+        if args.no_profile:
+            why["profile"] = "not measured: --no-profile"
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    # The headline keys first, at the top level, as the issue names them.
+    return {**{k: keys[k] for k in keys}, "not_measured": why,
+            "targets": {k: target for k, _w, _n, target in HEADLINE},
+            "previous": {k: now for k, _w, now, _t in HEADLINE}, **result}
 
 
-def stack_seconds(runs: Path) -> float:
-    """The stack phase's own duration in the newest report (the package work)."""
-    newest = max(runs.glob("*/report.json"), key=lambda p: p.stat().st_mtime)
-    phases = json.loads(newest.read_text())["phases"]
-    return float(next(p["duration_s"] for p in phases if p["name"] == "stack"))
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}" if value >= 100 else f"{value:.3g}"
+    return str(value)
 
 
-def cluster_bench(node_counts: list[int]) -> list[tuple[str, ...]]:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        inv = Path(tmp) / "inv"
-        runs = Path(tmp) / "runs"
-        env = {"PROVISIONER_RUNS_DIR": str(runs)}
-        for n in node_counts:
-            sim_up(n, inv)
-            first = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke"], env=env)
-            stack_first = stack_seconds(runs)
-            rerun = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke"], env=env)
-            stack_rerun = stack_seconds(runs)
-            sim_up(n, inv)
-            floor = shell_floor(inv)
-            rows.append((str(n), f"{first:.1f}", f"{rerun:.1f}", f"{stack_first:.1f}",
-                         f"{stack_rerun:.1f}", f"{floor:.1f}", f"{stack_first / floor:.1f}x"))
-        sh([BIN, "sim", "down"])
-    return rows
-
-
-def plan_bench() -> list[tuple[str, ...]]:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for n in (100, 2000):
-            hosts = {f"gpu-{i:04d}": {"ansible_host": f"gpu-{i:04d}.invalid",
-                                      "gpu_profile": "hgx-h100-8gpu"} for i in range(n)}
-            path = Path(tmp) / f"inv{n}.yml"
-            path.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}))
-            best = min(sh([BIN, "plan", "-i", str(path)]) for _ in range(3))
-            rows.append((str(n), f"{best:.2f}"))
-    return rows
-
-
-def event_bench(count: int = 200_000) -> tuple[str, ...]:
-    from provisioner.results import PlaybookResult
-    from provisioner.runner import _EventSink
-
-    result = PlaybookResult("bench.yml", "running", -1, 0.0, Path("/tmp"))
-    sink = _EventSink(result, None)
-    tracemalloc.start()
-    started = time.monotonic()
-    for i in range(count):
-        host = f"gpu-{i % 2000:04d}"
-        kind = "runner_on_failed" if i % 997 == 0 else "runner_on_ok"
-        sink({"event": kind, "event_data": {"host": host, "task": f"Task {i % 150}",
-                                           "res": {"changed": bool(i % 3), "msg": "x" * 200}}})
-    elapsed = time.monotonic() - started
-    _current, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return (f"{count:,}", f"{count / elapsed:,.0f}", f"{peak / 1e3:.0f}",
-            f"{len(result.failures)} kept, {result.dropped_failures} counted")
-
-
-def table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def table(title: str, header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
     out = [title, line, "-+-".join("-" * w for w in widths)]
@@ -157,24 +126,80 @@ def table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> s
     return "\n".join(out) + "\n"
 
 
+def report(data: dict[str, Any]) -> str:
+    rows = []
+    for key, what, now, target in HEADLINE:
+        value = data.get(key)
+        met = "-" if value is None else ("yes" if value <= target else "NO")
+        rows.append((what, key, _cell(now), _cell(value), _cell(target), met,
+                     data["not_measured"].get(key, "")))
+    text = table(f"bench {data['timestamp']} ({data['mode']}, {data['cores']} cores, load "
+                 f"{data['load_average_at_start'][0]})",
+                 ("measure", "key", "before", "now", "target", "met", "note"), rows)
+    plan = data["controller"]["plan"]
+    text += "\n" + table(
+        "controller: provisioner plan, 2,000 hosts (best of "
+        f"{plan['repeat']}; cli = a fresh process as users run it)",
+        ("inventory", "cli wall s", "cli cpu s", "build first s", "build best s"),
+        [(name, *(_cell(plan[name][k]) for k in ("cli_wall_s", "cli_cpu_s", "build_first_s",
+                                                  "build_best_s")))
+         for name in ("uniform", "mixed")])
+    disp = data["controller"]["display"]
+    text += "\n" + table(
+        "controller: live display (terminal, rich refresh thread at 4 Hz)",
+        ("hosts", "events", "us/event", "KB after hosts", "KB after all", "B/event growth",
+         "peak KB"),
+        [tuple(_cell(disp[k]) for k in ("hosts", "events", "us_per_event",
+                                        "memory_after_every_host_kb",
+                                        "memory_after_all_events_kb",
+                                        "memory_growth_bytes_per_event", "memory_peak_kb"))])
+    ev = data["controller"]["events"]
+    text += "\n" + table("controller: runner event folding",
+                         ("events", "events/s", "peak KB", "failures kept", "counted"),
+                         [tuple(_cell(ev[k]) for k in ("events", "events_per_s", "peak_kb",
+                                                       "failures_kept", "failures_counted"))])
+    cl = data.get("cluster")
+    if cl:
+        cols = ("up_first_s", "up_rerun_s", "stack_first_s", "stack_rerun_s",
+                "up_rerun_stock_s", "floor_fresh_s", "floor_converged_s")
+        text += "\n" + table(
+            "SIMULATED cluster (s): up = `up --skip-smoke`; stack = its package phase; floor = "
+            "the same package work by a plain script over SSH (fresh / converged nodes)",
+            ("nodes", *cols), [(n, *(_cell(r.get(c)) for c in cols))
+                               for n, r in cl["nodes"].items()])
+        for kind in ("tasks", "roles"):
+            entries = cl.get("profile", {}).get(kind, [])
+            if entries:
+                text += "\n" + table(
+                    f"profile_{kind} (rerun, {cl['special_nodes']} nodes): top {len(entries)}",
+                    (kind[:-1], "s"), [(str(e.get("task") or e.get("role")),
+                                        _cell(e["seconds"])) for e in entries])
+    return text
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nodes", default="1,3")
-    parser.add_argument("--skip-cluster", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--controller-only", action="store_true",
+                        help="only what needs no cluster (plan, live display, event folding)")
+    parser.add_argument("--skip-cluster", dest="controller_only", action="store_true",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", default="1,3,8",
+                        help="simulated node counts, comma-separated (default 1,3,8)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help="skip the profile_tasks/profile_roles rerun")
+    parser.add_argument("--repeat", type=int, default=3, help="plan runs per inventory (best)")
+    parser.add_argument("--display-budget", type=float, default=30.0,
+                        help="seconds the display bench may feed events (default 30)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
     args = parser.parse_args()
-    print(table("controller: provisioner plan (no host contact), best of 3",
-                ("hosts", "wall s"), plan_bench()))
-    print(table("controller: runner event folding",
-                ("events", "events/s", "peak KB", "failures"), [event_bench()]))
-    if not args.skip_cluster:
-        rows = cluster_bench([int(n) for n in args.nodes.split(",")])
-        print(table("SIMULATED cluster (s): `up --skip-smoke` = preflight+stack+fabric+validate; "
-                    "stack = the package work; shell floor = the same package work by a plain "
-                    "script over SSH", ("nodes", "up first", "up rerun", "stack first",
-                                        "stack rerun", "shell floor", "stack/floor"), rows))
+    data = measure(args)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    path = args.results_dir / f"{data['timestamp'].replace(':', '')}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(report(data))
+    print(f"written: {path}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())

@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     stacks.add_argument("name", nargs="?", help="the stack to show")
     _json_option(stacks, "the list or the stack")
 
+    profs = sub.add_parser("profiles", help="the hardware profiles (GPU, minimum driver, fabric)")
+    _json_option(profs, "the list")
+
     insp = sub.add_parser("inspect", help="parse saved outputs (nvidia-smi -q -x, nvlink -s, "
                           "topo -m, ibstat, IB sysfs dump, all_reduce_perf, dmesg, dcgmi diag)")
     insp.add_argument("files", nargs="+")
@@ -282,6 +285,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _sim(args)
     if args.command == "stacks":
         return _stacks(args)
+    if args.command == "profiles":
+        return _profiles(args)
     if args.command == "inspect":
         return _inspect(args)
     raise InputError(f"unknown command {args.command}")
@@ -417,7 +422,9 @@ def _stacks(args: argparse.Namespace) -> int:
         if not args.name:
             raise InputError("stacks show: name a stack, e.g. `provisioner stacks show "
                              f"{matrix.default_stack}`")
-        detail = stacks.stack_detail(matrix, args.name)
+        from provisioner.profiles import load_profiles
+
+        detail = stacks.stack_detail(matrix, args.name, load_profiles())
         if args.json:
             print(render.as_json(detail))
         else:
@@ -431,6 +438,31 @@ def _stacks(args: argparse.Namespace) -> int:
         print(render.as_json(rows))
     else:
         render.rows_table(console, "known-good stacks (provisioner/data/stacks.yml)", rows)
+    return EXIT_OK
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    from provisioner import matrix as stacks
+    from provisioner import render
+    from provisioner.profiles import load_profiles
+
+    matrix = stacks.load_matrix()
+    rows = []
+    for name, p in sorted(load_profiles().items()):
+        arch = matrix.architectures.get(p.architecture)
+        branch = f"R{arch.min_driver_branch}" if arch is not None else "-"
+        rows.append({
+            "profile": name, "gpu": f"{p.gpu_count}x {p.gpu_model}",
+            "pci_ids": ", ".join(p.pci_device_ids), "architecture": p.architecture,
+            "min_driver": p.min_driver or f"{branch} (architecture)",
+            "nvswitch": f"gen {p.nvswitch_generation}" if p.nvswitch_generation else "no",
+            "fabric": f"{p.ib_hcas}x {p.ib_rate_gbps} Gb/s {p.fabric}" if p.ib_hcas else p.fabric,
+            "simulated": "yes" if p.simulated else "",
+        })
+    if args.json:
+        print(render.as_json(rows))
+    else:
+        render.rows_table(console, "hardware profiles (provisioner/data/profiles.yml)", rows)
     return EXIT_OK
 
 

@@ -60,8 +60,6 @@ class HostPlan:
     repositories: Mapping[str, Any] = field(default_factory=dict)
     # Package families of those repositories (apt, apt_ubuntu, dnf).
     families: tuple[str, ...] = ()
-    # The DNF module stream of the planned driver flavour ("" when the matrix names none).
-    dnf_module_stream: str = ""
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
@@ -73,7 +71,6 @@ class HostPlan:
         if self.stack is None:
             return out
         out.update(self.stack.as_vars())
-        out["nvidia_driver_dnf_module_stream"] = self.dnf_module_stream
         out["nvidia_repo_repositories"] = dict(self.repositories)
         out["nvidia_repo_stack_packages"] = {
             family: _pins_by_component(self.stack, family) for family in self.families}
@@ -184,14 +181,11 @@ def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,
         "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
         "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
     }
-    streams = {str(flavor): stream
-               for flavor, stream in (base.driver.dnf_module_streams or {}).items()}
     return HostPlan(
         name, "gpu", profile, stack, fabric=fabric,
         supported_os=tuple(sorted(cuda_repos)),
         repositories=repositories,
-        families=tuple(sorted({repo.package_family for repo in cuda_repos.values()})),
-        dnf_module_stream=streams.get(stack.module_flavor, ""))
+        families=tuple(sorted({repo.package_family for repo in cuda_repos.values()})))
 
 
 def _cpu_fabric(where: str, name: str, hostvars: Mapping[str, Any],

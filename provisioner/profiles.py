@@ -21,6 +21,9 @@ PROFILES_FILE = DATA_DIR / "profiles.yml"
 
 Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
 Fabric = Literal["infiniband", "roce", "ethernet"]
+# A driver release, as in stacks.yml (matrix/versions.py DRIVER_RE; not imported: the matrix
+# imports this module).
+_DRIVER_VERSION = r"^\d{3}\.\d{1,3}(\.\d{1,3})?$"
 
 # The fields the GPU simulator reads (Profile.sim_json), in the order the YAML documents them.
 SIM_FIELDS: tuple[str, ...] = (
@@ -38,7 +41,8 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the file ({exc.strerror or exc})") from exc
     try:
-        data = yaml.safe_load(text)
+        # libyaml's safe loader where PyYAML has it: the same data, several times faster.
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -77,6 +81,12 @@ class Profile(BaseModel):
     nvlink_links_per_gpu: int = Field(ge=0, le=18)
     nvlink_link_speed_gbps: float = Field(ge=0)
     nvswitch: bool
+    # NVSwitch chip generation (2: HGX A100, 3: HGX H100/H200, 4: HGX B200); required with
+    # nvswitch: true. It decides the fabric manager's prerequisites (stacks.yml).
+    nvswitch_generation: int | None = Field(default=None, ge=1, le=9)
+    # The oldest driver release that knows this GPU model (None: its architecture's branch
+    # minimum in stacks.yml decides). Checked at plan time against the resolved driver.
+    min_driver: str | None = Field(default=None, pattern=_DRIVER_VERSION)
     ib_hcas: int = Field(ge=0)
     ib_rate_gbps: int = Field(ge=0)
     fabric: Fabric
@@ -98,6 +108,8 @@ class Profile(BaseModel):
         if self.nvswitch and (self.nvlink_links_per_gpu == 0 or self.gpu_count < 2):
             raise ValueError("nvswitch: true needs NVLink (nvlink_links_per_gpu > 0) and "
                              "more than one GPU")
+        if self.nvswitch != (self.nvswitch_generation is not None):
+            raise ValueError("nvswitch_generation must be set exactly when nvswitch is true")
         if (self.ib_hcas > 0) != (self.ib_rate_gbps > 0):
             raise ValueError("ib_hcas and ib_rate_gbps must both be 0 or both be set")
         if self.fabric in ("infiniband", "roce") and self.ib_hcas == 0:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 from rich.console import Console
@@ -80,6 +82,7 @@ def verdict(console: Console, data: Mapping[str, Any]) -> None:
 _RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 
 
+@lru_cache(maxsize=4096)
 def _family(name: str) -> str:
     """gpu3_memory -> gpu#_memory, ib_mlx5_2_port1 -> ib_mlx5_#_port#: one row per kind."""
     return re.sub(r"\d+", "#", name) if re.search(r"(gpu|mlx\d_|port)\d", name) else name
@@ -114,20 +117,50 @@ def _checks_table(console: Console, checks: list[Mapping[str, Any]]) -> None:
             table.add_row(escape(n), *row)
         console.print(table)
     else:
-        table = Table(title=f"checks over {len(hosts)} hosts")
-        for col in ("check", "pass", "warn", "fail", "skip"):
+        table = Table(title=f"checks over {len(hosts)} hosts (# = every GPU/port: counts are "
+                            "checks; hosts = hosts with a fail or warn)")
+        for col in ("check", "pass", "warn", "fail", "skip", "hosts"):
             table.add_column(col)
-        for n in names:
-            sts = [c["status"] for c in checks if f"{c['phase']}:{c['name']}" == n]
-            table.add_row(n, *[str(sts.count(s)) for s in ("pass", "warn", "fail", "skip")])
+        for n, (counts, bad_hosts) in _check_counts(checks).items():
+            table.add_row(escape(n), *[str(counts.get(s, 0)) for s in _STATUSES],
+                          str(len(bad_hosts)))
         console.print(table)
-    _check_lines(console, checks, ("fail", "warn"))
+    _check_lines(console, checks, ("fail", "warn"),
+                 limit=None if len(hosts) <= 12 else MAX_CHECK_LINES)
+
+
+_STATUSES = ("pass", "warn", "fail", "skip")
+
+
+def _check_counts(checks: list[Mapping[str, Any]]) -> dict[str, tuple[Counter[str], set[str]]]:
+    """Per check row (``phase:family``, in first-seen order): how many checks had each status,
+    and which hosts had a fail or warn. One pass over the checks, whatever the host count."""
+    rows: dict[str, tuple[Counter[str], set[str]]] = {}
+    for c in checks:
+        row = rows.get(key := f"{c['phase']}:{_family(c['name'])}")
+        if row is None:
+            row = rows[key] = (Counter(), set())
+        row[0][str(c["status"])] += 1
+        if c["status"] in ("fail", "warn"):
+            row[1].add(str(c["host"]))
+    return rows
+
+
+# Failed/warned checks listed one per line under a large cluster's table; the table counts
+# them all and report.json holds every one.
+MAX_CHECK_LINES = 40
 
 
 def _check_lines(console: Console, checks: list[Mapping[str, Any]],
-                 statuses: Sequence[str]) -> None:
+                 statuses: Sequence[str], limit: int | None = None) -> None:
+    shown = 0
     for c in checks:
         if c["status"] in statuses:
+            if limit is not None and shown >= limit:
+                rest = sum(1 for c in checks if c["status"] in statuses) - shown
+                console.print(f"... {rest} more {'/'.join(statuses)} checks in report.json")
+                return
+            shown += 1
             style = _STYLE.get(str(c["status"]), "")
             console.print(f"[{style}]{c['status']}[/{style}] " + escape(
                 f"{c['host']} {c['name']}: measured {c.get('measured')}, expected "
@@ -175,10 +208,33 @@ def rows_table(console: Console, title: str, rows: list[dict[str, str]]) -> None
     console.print(table)
 
 
+# Above this many hosts the plan is shown per distinct resolution (every column but the
+# host's name), with its host count: 2,000 identical rows say less and take seconds to draw.
+MAX_PLAN_ROWS = 30
+
+
 def plan(console: Console, rows: list[dict[str, str]], simulated: bool) -> None:
     if simulated:
         simulated_banner(console)
-    rows_table(console, "plan (resolved per host, no host contacted)", rows)
+    if len(rows) <= MAX_PLAN_ROWS:
+        rows_table(console, "plan (resolved per host, no host contacted)", rows)
+        return
+    rows_table(console, f"plan for {len(rows)} hosts, one row per distinct resolution "
+                        "(no host contacted; -v lists every host)", group_rows(rows, "host"))
+
+
+def group_rows(rows: list[dict[str, str]], key: str) -> list[dict[str, str]]:
+    """Rows that agree on every column but ``key`` folded into one (first-seen order), with
+    ``key`` replaced by a count and the first names (``2000 hosts: gpu-0000, gpu-0001, ...``)."""
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
+    for row in rows:
+        rest = tuple((col, value) for col, value in row.items() if col != key)
+        groups.setdefault(rest, []).append(row[key])
+    out = []
+    for rest, names in groups.items():
+        listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        out.append({f"{key}s": f"{len(names)}: {listed}", **dict(rest)})
+    return out
 
 
 def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:

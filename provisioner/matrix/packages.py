@@ -6,7 +6,10 @@ differs from the convention, stacks.yml states it as a ``package_exceptions`` en
 with its source; an exception replaces the conventional pin of the same name (or the one it
 ``replaces``) and holds only while the host did not override that component's version.
 
-Source tags ([CIG], [KM], [FM], [REPO], [DCGM]) are the list at the top of
+Facts of the whole matrix that names depend on (the branch from which the fabric manager loses its
+suffix, the Ubuntu driver revisions by release) travel as one ``NamingFacts``.
+
+Source tags ([CIG], [KM], [FM], [REPO], [UREPO], [DIG], [DCGM]) are the list at the top of
 provisioner/data/stacks.yml.
 """
 
@@ -17,7 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from provisioner.errors import InputError
-from provisioner.matrix.versions import COMPONENTS, FAMILIES, FLAVORS, driver_branch
+from provisioner.matrix.versions import (
+    COMPONENTS,
+    FAMILIES,
+    FLAVORS,
+    driver_branch,
+    version_tuple,
+)
 
 if TYPE_CHECKING:
     from provisioner.matrix.resolve import ResolvedStack
@@ -34,6 +43,32 @@ class PackagePin:
 
 
 @dataclass(frozen=True)
+class UbuntuRevision:
+    """From driver release ``from_driver`` on: the Debian revisions of nvidia-driver-<B>[-open]
+    and cuda-drivers-<B> in NVIDIA's Ubuntu CUDA repositories [UREPO]."""
+
+    from_driver: str
+    nvidia_driver: str
+    cuda_drivers: str
+
+
+@dataclass(frozen=True)
+class NamingFacts:
+    """The matrix-wide facts package names and versions depend on."""
+
+    # The matrix's fabricmanager_unsuffixed_from_branch [REPO].
+    fabricmanager_unsuffixed_from_branch: int
+    # The matrix's ubuntu_driver_revisions, ascending, at least one row [UREPO].
+    ubuntu_driver_revisions: tuple[UbuntuRevision, ...]
+
+    def ubuntu_revision(self, driver_version: str) -> UbuntuRevision:
+        """The row that holds for ``driver_version`` (the first row for older releases)."""
+        rows = self.ubuntu_driver_revisions
+        fits = [r for r in rows if version_tuple(driver_version) >= version_tuple(r.from_driver)]
+        return fits[-1] if fits else rows[0]
+
+
+@dataclass(frozen=True)
 class NamingInputs:
     """What the names and versions of a stack's packages are derived from."""
 
@@ -45,32 +80,32 @@ class NamingInputs:
     nccl_version: str
     container_toolkit_version: str
     dcgm_version: str
-    # The matrix's fabricmanager_unsuffixed_from_branch [REPO].
-    fabricmanager_unsuffixed_from_branch: int
+    facts: NamingFacts
 
     @property
     def cuda_major(self) -> int:
         return int(self.cuda_version.split(".")[0])
 
     @classmethod
-    def of_stack(cls, stack: Stack, fabricmanager_unsuffixed_from_branch: int) -> NamingInputs:
+    def of_stack(cls, stack: Stack, facts: NamingFacts) -> NamingInputs:
         return cls(
             driver_version=stack.driver.version,
             fabricmanager_version=stack.fabricmanager.version,
             cuda_version=stack.cuda_version, cuda_toolkit_version=stack.cuda_toolkit_version,
             cudnn_version=stack.cudnn.version, nccl_version=stack.nccl.version,
             container_toolkit_version=stack.container_toolkit.version,
-            dcgm_version=stack.dcgm.version,
-            fabricmanager_unsuffixed_from_branch=fabricmanager_unsuffixed_from_branch)
+            dcgm_version=stack.dcgm.version, facts=facts)
 
     @classmethod
     def of_resolved(cls, r: ResolvedStack) -> NamingInputs:
+        if r.naming is None:
+            raise ValueError(f"host {r.host}: resolved without the matrix's naming facts")
         return cls(
             driver_version=r.driver_version, fabricmanager_version=r.fabricmanager_version,
             cuda_version=r.cuda_version, cuda_toolkit_version=r.cuda_toolkit_version,
             cudnn_version=r.cudnn_version, nccl_version=r.nccl_version,
             container_toolkit_version=r.container_toolkit_version, dcgm_version=r.dcgm_version,
-            fabricmanager_unsuffixed_from_branch=r.fabricmanager_unsuffixed_from_branch)
+            facts=r.naming)
 
     def key(self, component: str) -> tuple[object, ...]:
         """Everything ``component``'s names and versions depend on (besides the flavour)."""
@@ -97,19 +132,22 @@ def conventional(v: NamingInputs, component: str, family: str,
             kmod = "nvidia-kernel-open-dkms" if open_flavor else "nvidia-kernel-dkms"
             return [(kmod, f"{d}-1"), (f"cuda-drivers-{b}", f"{d}-1")]
         if family == "apt_ubuntu":
-            # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG]; the -0ubuntu1
-            # revision is not verified against a live repository (see stacks.yml).
+            # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG], each at the
+            # revision the Ubuntu repositories carry for that release [UREPO].
             drv = f"nvidia-driver-{b}-open" if open_flavor else f"nvidia-driver-{b}"
-            return [(drv, f"{d}-0ubuntu1"), (f"cuda-drivers-{b}", f"{d}-1")]
-        # rhel9: DKMS kernel module and the CUDA driver metapackage, epoch 3 [CIG] [KM]
-        # (the epoch is not verified against a live repository, see stacks.yml).
+            rev = v.facts.ubuntu_revision(d)
+            return [(drv, f"{d}-{rev.nvidia_driver}"),
+                    (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
+        # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
+        # nvidia-driver-cuda-3:570.133.20-1.el9 [DIG]; installed from the branch's module
+        # stream (ResolvedStack.dnf_module_stream).
         kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
         return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
     if component == "fabricmanager":
         # Fabric manager and NSCQ carry the branch in their names until R580 [FM] [REPO].
         fm = v.fabricmanager_version
         fm_branch = driver_branch(fm)
-        if fm_branch >= v.fabricmanager_unsuffixed_from_branch:
+        if fm_branch >= v.facts.fabricmanager_unsuffixed_from_branch:
             return [("nvidia-fabricmanager", f"{fm}-1"), ("libnvidia-nscq", f"{fm}-1")]
         name = "nvidia-fabric-manager" if dnf else f"nvidia-fabricmanager-{fm_branch}"
         return [(name, f"{fm}-1"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-1")]
@@ -150,11 +188,10 @@ def with_exceptions(pins: list[tuple[str, str]],
     return [replaced.get(name, (name, version)) for name, version in pins]
 
 
-def exception_problem(stack: Stack, index: int,
-                      fabricmanager_unsuffixed_from_branch: int) -> str | None:
+def exception_problem(stack: Stack, index: int, facts: NamingFacts) -> str | None:
     """Why exception ``index`` of ``stack`` would never apply or change nothing (None: fine)."""
     exc = stack.package_exceptions[index]
-    inputs = NamingInputs.of_stack(stack, fabricmanager_unsuffixed_from_branch)
+    inputs = NamingInputs.of_stack(stack, facts)
     by_name = {name: version for flavor in FLAVORS
                for name, version in conventional(inputs, exc.component, exc.family, flavor)}
     if exc.replaced not in by_name:
@@ -174,18 +211,17 @@ def component_pins(r: ResolvedStack, component: str, family: str,
     pins = conventional(inputs, component, family, flavor)
     if r.base is None:
         return pins
-    base = NamingInputs.of_stack(r.base, r.fabricmanager_unsuffixed_from_branch)
+    base = NamingInputs.of_stack(r.base, inputs.facts)
     if inputs.key(component) != base.key(component):
         return pins
     return with_exceptions(pins, (e for e in r.base.package_exceptions
                                   if e.family == family and e.component == component))
 
 
-def stack_pins(stack: Stack, fabricmanager_unsuffixed_from_branch: int, component: str,
+def stack_pins(stack: Stack, facts: NamingFacts, component: str,
                family: str, flavor: str) -> list[tuple[str, str]]:
     """``component``'s pins for ``stack`` as the matrix states it (no host overrides)."""
-    pins = conventional(NamingInputs.of_stack(stack, fabricmanager_unsuffixed_from_branch),
-                        component, family, flavor)
+    pins = conventional(NamingInputs.of_stack(stack, facts), component, family, flavor)
     return with_exceptions(pins, (e for e in stack.package_exceptions
                                   if e.family == family and e.component == component))
 

@@ -5,11 +5,12 @@ variable. Pure: nothing here touches a host, prints or exits."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioner.errors import InputError
-from provisioner.matrix.schema import ArchitectureSpec, Stack, StackMatrix
+from provisioner.matrix.packages import NamingFacts
+from provisioner.matrix.schema import ArchitectureSpec, Stack, StackMatrix, dnf_module_stream
 from provisioner.matrix.versions import (
     CTK_RE,
     CUDA_RE,
@@ -44,10 +45,19 @@ class ResolvedStack:
     dcgm_version: str
     profile: str | None = None
     overrides: tuple[str, ...] = ()
-    # What the packages are derived from: the stack as the file states it, and the one naming
-    # fact the matrix holds (kept here so packages_for needs no matrix argument).
+    # RHEL 8/9: the dnf module stream that carries this driver branch and flavour [DIG].
+    dnf_module_stream: str = ""
+    # The GPU architecture and the newest CUDA it can run (None: no limit), for cluster rules.
+    architecture: str | None = None
+    max_cuda_version: str | None = None
+    # What the fabric manager needs besides itself on this NVSwitch generation [FMG]:
+    # {package family: [distribution packages]} and kernel modules; empty when nothing.
+    fabricmanager_packages: dict[str, list[str]] = field(default_factory=dict, compare=False)
+    fabricmanager_kernel_modules: tuple[str, ...] = ()
+    # What the packages are derived from: the stack as the file states it, and the naming facts
+    # the matrix holds (kept here so packages_for needs no matrix argument).
     base: Stack | None = field(default=None, repr=False, compare=False)
-    fabricmanager_unsuffixed_from_branch: int = field(default=580, repr=False, compare=False)
+    naming: NamingFacts | None = field(default=None, repr=False, compare=False)
 
     @property
     def cuda_major(self) -> int:
@@ -68,6 +78,14 @@ class ResolvedStack:
             "nccl_version": self.nccl_version,
             "nvidia_container_toolkit_version": self.container_toolkit_version,
             "dcgm_version": self.dcgm_version,
+            "nvidia_driver_dnf_module_stream": self.dnf_module_stream,
+            "nvidia_fabricmanager_nvlsm_enabled": bool(self.fabricmanager_enabled
+                                                        and self.fabricmanager_packages),
+            "nvidia_fabricmanager_nvlsm_packages": (
+                {family: list(names) for family, names in self.fabricmanager_packages.items()}
+                if self.fabricmanager_enabled else {}),
+            "nvidia_fabricmanager_kernel_modules": (
+                list(self.fabricmanager_kernel_modules) if self.fabricmanager_enabled else []),
         }
 
 
@@ -92,9 +110,39 @@ def _known_cudnn_builds(matrix: StackMatrix) -> list[str]:
     return sorted({s.cudnn.version for s in matrix.stacks.values()}, key=version_tuple)
 
 
+# The host variables resolution reads (every ``_override`` below). Two hosts that agree on
+# these, on the profile and on the matrix resolve to the same stack.
+RESOLVE_VARIABLES = ("gpu_stack", "nvidia_driver_version", "nvidia_driver_module_flavor",
+                     "cuda_version", "cudnn_version", "nccl_version",
+                     "nvidia_container_toolkit_version", "nvidia_fabricmanager_version")
+_CACHE_LIMIT = 1024
+_CacheKey = tuple[int, int, tuple[tuple[str, str], ...]]
+# key -> (matrix, profile, resolved): the objects are held so that their ids stay theirs.
+_cache: dict[_CacheKey, tuple[StackMatrix, Profile | None, ResolvedStack]] = {}
+
+
 def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
                   matrix: StackMatrix) -> ResolvedStack:
-    """Apply ``gpu_stack`` and the overrides for ``host``, then check every rule."""
+    """Apply ``gpu_stack`` and the overrides for ``host``, then check every rule.
+
+    A fleet has thousands of hosts and a handful of distinct (profile, stack, overrides)
+    groups: each group is resolved once per matrix and profile object (both frozen) and every
+    other host of the group gets a copy naming it. Violations are never cached, so an error
+    names the host it was found on, as an uncached resolution would."""
+    key: _CacheKey = (id(matrix), id(profile), tuple(
+        (type(value).__name__, repr(value)) for value in map(hostvars.get, RESOLVE_VARIABLES)))
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is matrix and hit[1] is profile:
+        return replace(hit[2], host=host)
+    resolved = _resolve(host, hostvars, profile, matrix)
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = (matrix, profile, resolved)
+    return resolved
+
+
+def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
+             matrix: StackMatrix) -> ResolvedStack:
     stack_name = _override(hostvars, "gpu_stack", host) or matrix.default_stack
     stack = matrix.stacks.get(stack_name)
     if stack is None:
@@ -159,6 +207,9 @@ def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | Non
         overrides.append("nvidia_fabricmanager_version")
     fabricmanager_version = fm or (driver_version if driver else stack.fabricmanager.version)
     fabricmanager_enabled = bool(profile is not None and profile.nvswitch)
+    prerequisite = matrix.fabricmanager_prerequisite(
+        profile.nvswitch_generation if profile is not None else None,
+        int(fabricmanager_version.split(".")[0])) if fabricmanager_enabled else None
 
     resolved = ResolvedStack(
         host=host, stack=stack.name, driver_branch=branch, driver_version=driver_version,
@@ -168,8 +219,13 @@ def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | Non
         nccl_version=nccl or stack.nccl.version,
         container_toolkit_version=ctk or stack.container_toolkit.version,
         dcgm_version=stack.dcgm.version, profile=profile.name if profile else None,
-        overrides=tuple(overrides), base=stack,
-        fabricmanager_unsuffixed_from_branch=matrix.fabricmanager_unsuffixed_from_branch,
+        overrides=tuple(overrides), dnf_module_stream=dnf_module_stream(branch, flavor),
+        architecture=profile.architecture if profile else None,
+        max_cuda_version=arch.max_cuda_version if arch else None,
+        fabricmanager_packages=({f: list(p) for f, p in prerequisite.packages.items()}
+                                if prerequisite else {}),
+        fabricmanager_kernel_modules=prerequisite.kernel_modules if prerequisite else (),
+        base=stack, naming=matrix.naming_facts,
     )
     _check_rules(resolved, set(overrides), profile, matrix)
     return resolved
@@ -241,6 +297,7 @@ def _check_rules(r: ResolvedStack, overridden: set[str], profile: Profile | None
     _check_driver_runs_cuda(r, overridden, matrix)
     if profile is not None:
         _check_architecture(r, overridden, profile, matrix)
+        _check_gpu_min_driver(r, overridden, profile, matrix)
     else:
         _check_flavor_exists(r, overridden, matrix)
     _check_cudnn(r, overridden, matrix)
@@ -305,6 +362,25 @@ def _check_architecture(r: ResolvedStack, overridden: set[str], profile: Profile
                          f"is {arch.max_cuda_version}); {advice}")
 
 
+def _check_gpu_min_driver(r: ResolvedStack, overridden: set[str], profile: Profile,
+                          matrix: StackMatrix) -> None:
+    """A driver branch that knows the architecture does not know every model: the profile's
+    min_driver (the first release that lists the GPU) must be met."""
+    minimum = profile.min_driver
+    if minimum is None or version_tuple(r.driver_version) >= version_tuple(minimum):
+        return
+    source = ("as overridden" if "nvidia_driver_version" in overridden
+              else f"from gpu_stack {r.stack}")
+    fit = next((s.name for s in matrix.stacks_by_cuda()
+                if version_tuple(s.driver.version) >= version_tuple(minimum)
+                and cuda_key(s.cuda_version) >= cuda_key(r.cuda_version)), None)
+    stack_advice = f" or pick gpu_stack {fit} or newer" if fit else ""
+    gpu = f"{profile.gpu_model} ({', '.join(profile.pci_device_ids)})"
+    raise InputError(f"host {r.host}: nvidia_driver_version {r.driver_version} ({source}) is "
+                     f"older than {gpu} needs (gpu_profile {profile.name}: min_driver "
+                     f"{minimum}); set nvidia_driver_version >= {minimum}{stack_advice}")
+
+
 def _check_cudnn(r: ResolvedStack, overridden: set[str], matrix: StackMatrix) -> None:
     majors = matrix.cudnn_majors(r.cudnn_version)
     if r.cuda_major in majors:
@@ -351,10 +427,12 @@ def _check_fabricmanager(r: ResolvedStack, profile: Profile) -> None:
 
 
 def check_cluster(resolved: Mapping[str, ResolvedStack]) -> None:
-    """Cross-host rules: every GPU node of a job must load the same NCCL."""
+    """Cross-host rules: every GPU node of a job must load the same NCCL, so a fleet runs one
+    CUDA and a GPU that cannot run a peer's CUDA (Volta past 12.9) holds the whole fleet back."""
     hosts = sorted(resolved)
     if not hosts:
         return
+    _check_fleet_cuda(resolved, hosts)
     first = resolved[hosts[0]]
     for host in hosts[1:]:
         other = resolved[host]
@@ -365,3 +443,17 @@ def check_cluster(resolved: Mapping[str, ResolvedStack]) -> None:
                 "of a job: set gpu_stack (or nccl_version) for the whole gpu_nodes group")
 
 
+def _check_fleet_cuda(resolved: Mapping[str, ResolvedStack], hosts: list[str]) -> None:
+    """A host whose GPUs cannot run another host's CUDA: named, with the CUDA the fleet needs."""
+    newest = max(hosts, key=lambda h: cuda_key(resolved[h].cuda_version))
+    for host in hosts:
+        r = resolved[host]
+        if r.max_cuda_version is None:
+            continue
+        peer = resolved[newest]
+        if cuda_key(peer.cuda_version) > cuda_key(r.max_cuda_version):
+            raise InputError(
+                f"host {r.host}: {r.architecture} GPUs (gpu_profile {r.profile}) cannot run CUDA "
+                f"{peer.cuda_version} like host {peer.host} (gpu_stack {peer.stack}), and NCCL "
+                f"must match on every node of a job; put the whole gpu_nodes group on CUDA <= "
+                f"{r.max_cuda_version} (gpu_stack cuda-{r.max_cuda_version} or older)")

@@ -9,13 +9,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from provisioner.errors import InputError
-from provisioner.matrix.packages import exception_problem
+from provisioner.matrix.packages import NamingFacts, UbuntuRevision, exception_problem
 from provisioner.matrix.versions import (
     CTK_RE,
     CUDA_RE,
     CUDNN_RE,
     DCGM_RE,
     DRIVER_RE,
+    FAMILIES,
     NCCL_RE,
     STACK_NAME_RE,
     TOOLKIT_RE,
@@ -135,11 +136,39 @@ class CudnnBuild(_Model):
 class RepositoryKey(_Model):
     base_url: str = Field(pattern=r"^https://")
     key_url: str = Field(pattern=r"^https://")
-    fingerprint: str | None = Field(default=None, pattern=r"^[0-9A-F]{40}$")
+    # Required: a key is trusted only at a pinned, verified fingerprint.
+    fingerprint: str = Field(pattern=r"^[0-9A-F]{40}$")
 
 
 class CudaRepository(RepositoryKey):
     package_family: PackageFamily
+    # The OS ships the driver as dnf module streams (RHEL 8/9; not RHEL 10) [DIG]: every stack
+    # of this OS must name its streams.
+    driver_module_streams: bool = False
+
+
+class UbuntuRevisionRow(_Model):
+    """One row of ubuntu_driver_revisions [UREPO]."""
+
+    from_driver: str = Field(pattern=DRIVER_RE.pattern)
+    nvidia_driver: str = Field(pattern=r"^[0-9A-Za-z.~+]+$")
+    cuda_drivers: str = Field(pattern=r"^[0-9A-Za-z.~+]+$")
+
+
+class FabricManagerPrerequisite(_Model):
+    """What the fabric manager needs besides itself on one NVSwitch generation [FMG]."""
+
+    nvswitch_generation: int = Field(ge=1, le=9)
+    from_branch: int = Field(ge=300, le=999)
+    packages: dict[PackageFamily, tuple[str, ...]]
+    kernel_modules: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _every_family(self) -> FabricManagerPrerequisite:
+        missing = [f for f in FAMILIES if not self.packages.get(f)]  # type: ignore[call-overload]
+        if missing:
+            raise ValueError(f"packages: no package list for family {missing[0]}")
+        return self
 
 
 class ContainerToolkitRepositories(_Model):
@@ -160,6 +189,8 @@ class StackMatrix(_Model):
     open_modules_min_branch: int
     open_modules_default_from_branch: int
     fabricmanager_unsuffixed_from_branch: int
+    ubuntu_driver_revisions: tuple[UbuntuRevisionRow, ...] = Field(min_length=1)
+    fabricmanager_prerequisites: tuple[FabricManagerPrerequisite, ...] = ()
     cuda_minimum_driver: dict[str, str] = Field(min_length=1)
     architectures: dict[str, ArchitectureSpec] = Field(min_length=1)
     cudnn_builds: tuple[CudnnBuild, ...] = Field(min_length=1)
@@ -185,7 +216,14 @@ class StackMatrix(_Model):
             if not CUDA_RE.match(cuda) or not DRIVER_RE.match(driver):
                 raise ValueError(f"cuda_minimum_driver entry {cuda!r}: {driver!r} is not "
                                  "'X.Y': 'driver version' (quote both)")
+        starts = [version_tuple(r.from_driver) for r in self.ubuntu_driver_revisions]
+        if starts != sorted(set(starts)):
+            raise ValueError("ubuntu_driver_revisions: rows must ascend by from_driver, each once")
+        generations = [p.nvswitch_generation for p in self.fabricmanager_prerequisites]
+        if len(generations) != len(set(generations)):
+            raise ValueError("fabricmanager_prerequisites: one entry per nvswitch_generation")
         for stack in self.stacks.values():
+            self._check_streams(stack)
             if stack.cuda_version not in self.cuda_minimum_driver:
                 raise ValueError(f"stack {stack.name}: cuda_version {stack.cuda_version} has "
                                  "no cuda_minimum_driver entry")
@@ -194,14 +232,49 @@ class StackMatrix(_Model):
                 raise ValueError(f"stack {stack.name}: os_support {unknown_os[0]} has no "
                                  "repositories.cuda entry")
             for index in range(len(stack.package_exceptions)):
-                problem = exception_problem(stack, index,
-                                            self.fabricmanager_unsuffixed_from_branch)
+                problem = exception_problem(stack, index, self.naming_facts)
                 if problem:
                     raise ValueError(f"stack {stack.name}: package_exceptions[{index}]: "
                                      f"{problem}")
         return self
 
+    def _check_streams(self, stack: Stack) -> None:
+        """A stack of an OS with driver module streams names one per flavour, as
+        nvidia-driver:<branch>-open / nvidia-driver:<branch>-dkms [DIG]."""
+        modular = [os for os in stack.os_support
+                   if os in self.repositories.cuda
+                   and self.repositories.cuda[os].driver_module_streams]
+        if not modular:
+            return
+        streams = stack.driver.dnf_module_streams or {}
+        for flavor in stack.driver.module_flavors:
+            want = dnf_module_stream(stack.driver.branch, flavor)
+            got = streams.get(flavor)
+            if got is None:
+                raise ValueError(f"stack {stack.name}: driver.dnf_module_streams has no {flavor} "
+                                 f"stream, but {modular[0]} installs the driver from module "
+                                 f"streams; add {flavor}: \"{want}\"")
+            if got != want:
+                raise ValueError(f"stack {stack.name}: driver.dnf_module_streams.{flavor} is "
+                                 f"{got!r}; the stream of branch {stack.driver.branch} is {want!r}")
+
     # -- facts the rules need ---------------------------------------------------------------
+
+    @property
+    def naming_facts(self) -> NamingFacts:
+        """What package names depend on besides a stack's own versions."""
+        return NamingFacts(
+            fabricmanager_unsuffixed_from_branch=self.fabricmanager_unsuffixed_from_branch,
+            ubuntu_driver_revisions=tuple(
+                UbuntuRevision(r.from_driver, r.nvidia_driver, r.cuda_drivers)
+                for r in self.ubuntu_driver_revisions))
+
+    def fabricmanager_prerequisite(self, nvswitch_generation: int | None,
+                                   branch: int) -> FabricManagerPrerequisite | None:
+        """What the fabric manager of driver ``branch`` needs on that NVSwitch generation."""
+        return next((p for p in self.fabricmanager_prerequisites
+                     if p.nvswitch_generation == nvswitch_generation
+                     and branch >= p.from_branch), None)
 
     def minimum_driver(self, cuda: str) -> str:
         return self.cuda_minimum_driver[cuda]
@@ -225,6 +298,11 @@ class StackMatrix(_Model):
         return sorted(b.cuda_major for b in self.cudnn_builds
                       if version_tuple(b.first) <= release
                       and (b.last is None or release <= version_tuple(b.last)))
+
+
+def dnf_module_stream(branch: int, flavor: str) -> str:
+    """The dnf module stream of a driver branch and flavour on RHEL 8/9 [DIG]."""
+    return f"nvidia-driver:{branch}-{'open' if flavor == 'open' else 'dkms'}"
 
 
 def load_matrix(path: Path | None = None) -> StackMatrix:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from provisioner.errors import InputError
 from provisioner.matrix.packages import stack_pins
+from provisioner.matrix.resolve import resolve_stack
 from provisioner.matrix.schema import Stack, StackMatrix
 from provisioner.matrix.versions import COMPONENTS, FAMILIES, cuda_key
+from provisioner.profiles import Profile
 
 
 def _flavors_text(stack: Stack) -> str:
@@ -35,7 +38,7 @@ def stack_rows(matrix: StackMatrix) -> list[dict[str, str]]:
 def _packages(matrix: StackMatrix, stack: Stack) -> dict[str, dict[str, Any]]:
     def pins(component: str, family: str, flavor: str) -> list[str]:
         return [f"{name} {version}" for name, version in stack_pins(
-            stack, matrix.fabricmanager_unsuffixed_from_branch, component, family, flavor)]
+            stack, matrix.naming_facts, component, family, flavor)]
 
     flavor = stack.driver.default_module_flavor
     return {family: {
@@ -44,8 +47,32 @@ def _packages(matrix: StackMatrix, stack: Stack) -> dict[str, dict[str, Any]]:
     } for family in FAMILIES}
 
 
-def stack_detail(matrix: StackMatrix, name: str) -> dict[str, Any]:
-    """Everything about one stack, for ``provisioner stacks show NAME``."""
+def _profile_verdicts(matrix: StackMatrix, stack: Stack,
+                      profiles: Mapping[str, Profile]) -> dict[str, dict[str, Any]]:
+    """Per hardware profile: its GPU, the driver minimum it states, and whether this stack as
+    shipped passes every rule on it ("ok") or why not (the plan's refusal, host-free)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(profiles):
+        profile = profiles[name]
+        arch = matrix.architectures.get(profile.architecture)
+        try:
+            resolve_stack("-", {"gpu_stack": stack.name}, profile, matrix)
+            verdict = "ok"
+        except InputError as exc:
+            verdict = str(exc).removeprefix("host -: ")
+        out[name] = {
+            "gpu": f"{profile.gpu_model} ({', '.join(profile.pci_device_ids)})",
+            "min_driver": profile.min_driver
+            or (f"R{arch.min_driver_branch}" if arch is not None else None),
+            "verdict": verdict,
+        }
+    return out
+
+
+def stack_detail(matrix: StackMatrix, name: str,
+                 profiles: Mapping[str, Profile] | None = None) -> dict[str, Any]:
+    """Everything about one stack, for ``provisioner stacks show NAME`` (with ``profiles``: also
+    what each hardware profile's GPU needs and whether the stack passes on it)."""
     stack = matrix.stacks.get(name)
     if stack is None:
         raise InputError(f"stack {name} is not known; choose one of {matrix.stack_names()}")
@@ -53,7 +80,12 @@ def stack_detail(matrix: StackMatrix, name: str) -> dict[str, Any]:
                        if stack.driver.branch >= spec.min_driver_branch
                        and (spec.max_cuda_version is None
                             or cuda_key(stack.cuda_version) <= cuda_key(spec.max_cuda_version)))
-    return {
+    prerequisites = [{"nvswitch_generation": p.nvswitch_generation,
+                      "packages": {f: list(names) for f, names in p.packages.items()},
+                      "kernel_modules": list(p.kernel_modules)}
+                     for p in matrix.fabricmanager_prerequisites
+                     if stack.driver.branch >= p.from_branch]
+    detail: dict[str, Any] = {
         "stack": stack.name,
         "default": stack.name == matrix.default_stack,
         "cuda_version": stack.cuda_version,
@@ -63,12 +95,17 @@ def stack_detail(matrix: StackMatrix, name: str) -> dict[str, Any]:
         "driver_version": stack.driver.version,
         "module_flavors": list(stack.driver.module_flavors),
         "default_module_flavor": stack.driver.default_module_flavor,
+        "dnf_module_streams": dict(stack.driver.dnf_module_streams or {}),
         "cudnn_version": stack.cudnn.version,
         "nccl_version": stack.nccl.version,
         "container_toolkit_version": stack.container_toolkit.version,
         "fabricmanager_version": stack.fabricmanager.version,
+        "fabricmanager_prerequisites": prerequisites,
         "dcgm_version": stack.dcgm.version,
         "os_support": list(stack.os_support),
         "architectures": supported,
         "packages": _packages(matrix, stack),
     }
+    if profiles is not None:
+        detail["gpu_profiles"] = _profile_verdicts(matrix, stack, profiles)
+    return detail

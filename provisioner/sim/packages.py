@@ -133,7 +133,7 @@ def all_packages(matrix: StackMatrix) -> tuple[list[SimPackage], list[SimPackage
         for component in COMPONENTS:
             flavors: tuple[str | None, ...] = FLAVORS if component == "driver" else (None,)
             for flavor in flavors:
-                pins = stack_pins(stack, matrix.fabricmanager_unsuffixed_from_branch, component,
+                pins = stack_pins(stack, matrix.naming_facts, component,
                                   "apt", flavor or stack.driver.default_module_flavor)
                 for key in pins:
                     target = ctk if component == "container_toolkit" else cuda

@@ -324,8 +324,8 @@ def test_up_json_refusal_leaves_stdout_empty(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("command", ["up", "validate", "smoke", "plan", "stacks", "inspect",
-                                     "report"])
+@pytest.mark.parametrize("command", ["up", "validate", "smoke", "plan", "stacks", "profiles",
+                                     "inspect", "report"])
 def test_every_result_command_takes_json_and_loudness(command: str) -> None:
     required = {"up": ["-i", "x"], "validate": ["-i", "x"], "smoke": ["-i", "x"],
                 "plan": ["-i", "x"], "inspect": ["f"]}.get(command, [])

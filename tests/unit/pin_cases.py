@@ -19,4 +19,7 @@ OVERRIDE_CASES: dict[str, dict[str, Any]] = {
     "nccl": {"gpu_stack": "cuda-12.6", "nccl_version": "2.21.5-1+cuda12.4"},
     "ctk-with-suffix": {"gpu_stack": "cuda-12.4", "nvidia_container_toolkit_version": "1.17.7-1"},
     "fabricmanager": {"gpu_stack": "cuda-12.9", "nvidia_fabricmanager_version": "575.64.05"},
+    # Ubuntu's driver revision becomes -1ubuntu1 inside R580 (stacks.yml ubuntu_driver_revisions).
+    "driver-r580-ubuntu-revision": {"gpu_stack": "cuda-13.0", "nvidia_driver_version": "580.126.09"},
+    "cuda-11.8-open": {"gpu_stack": "cuda-11.8", "nvidia_driver_module_flavor": "open"},
 }

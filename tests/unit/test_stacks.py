@@ -32,24 +32,23 @@ PROFILES = load_profiles()
 H100 = PROFILES["hgx-h100-8gpu"]
 B200 = PROFILES["hgx-b200-8gpu"]
 L40S = PROFILES["pcie-l40s-4gpu"]
-REQUIRED = {"cuda-12.2": 535, "cuda-12.4": 550, "cuda-12.6": 560, "cuda-12.8": 570,
+REQUIRED = {"cuda-11.8": 535, "cuda-12.2": 535, "cuda-12.4": 550, "cuda-12.6": 560, "cuda-12.8": 570,
             "cuda-12.9": 575, "cuda-13.0": 580}
 AS_VARS_KEYS = {
     "gpu_stack", "nvidia_driver_branch", "nvidia_driver_version", "nvidia_driver_module_flavor",
     "nvidia_fabricmanager_enabled", "nvidia_fabricmanager_version", "cuda_version",
     "cuda_toolkit_version", "cudnn_version", "nccl_version", "nvidia_container_toolkit_version",
-    "dcgm_version",
+    "dcgm_version", "nvidia_driver_dnf_module_stream", "nvidia_fabricmanager_nvlsm_enabled",
+    "nvidia_fabricmanager_nvlsm_packages", "nvidia_fabricmanager_kernel_modules",
 }
+V100 = PROFILES["sxm2-v100-8gpu"]
+H200 = PROFILES["hgx-h200-8gpu"]
+A100 = PROFILES["hgx-a100-8gpu"]
 
 
 def volta_profile() -> Profile:
-    """A V100 node: no such profile ships, but the Volta rules must hold for one."""
-    return Profile.model_validate({
-        **H100.model_dump(), "name": "test-v100-8gpu", "gpu_model": "Tesla V100-SXM2-32GB",
-        "architecture": "volta", "pci_device_ids": ["10de:1db5"], "memory_mib": 32768,
-        "power_limit_w": 300, "pcie_gen": 3, "nvlink_links_per_gpu": 6,
-        "nvlink_link_speed_gbps": 25.0, "busbw_floor_intra_gbps": 100,
-        "busbw_floor_inter_gbps": 80})
+    """The shipped V100 profile (8x V100-SXM2 32 GB, NVLink 2, no NVSwitch)."""
+    return V100
 
 
 def resolve(hostvars: dict[str, Any], profile: Profile | None = H100,
@@ -70,7 +69,9 @@ def supports(stack: Stack, profile: Profile) -> bool:
     arch = MATRIX.architectures[profile.architecture]
     cuda_ok = (arch.max_cuda_version is None
                or cuda_key(stack.cuda_version) <= cuda_key(arch.max_cuda_version))
-    return stack.driver.branch >= arch.min_driver_branch and cuda_ok
+    model_ok = (profile.min_driver is None
+                or version_tuple(stack.driver.version) >= version_tuple(profile.min_driver))
+    return stack.driver.branch >= arch.min_driver_branch and cuda_ok and model_ok
 
 
 # --------------------------------------------------------------------------- the data
@@ -98,6 +99,7 @@ def test_stack_versions_are_matched(name: str) -> None:
 
 def test_cuda_minimum_driver_table_facts() -> None:
     table = MATRIX.cuda_minimum_driver
+    assert table["11.8"] == "520.61.05"
     assert table["12.4"] == "550.54.14" and table["12.8"] == "570.26"
     assert table["13.0"] == "580.65.06"
     ordered = sorted(table, key=cuda_key)
@@ -113,13 +115,35 @@ def test_architecture_facts() -> None:
     assert all(arch[a].open_modules for a in ("turing", "ampere", "ada", "hopper"))
 
 
-def test_repositories_have_real_or_null_fingerprints() -> None:
+def test_repositories_have_pinned_fingerprints() -> None:
     cuda = MATRIX.repositories.cuda
+    # No debian13: NVIDIA's debian13 repository (another key) is not in the matrix.
     assert set(cuda) == {"debian12", "ubuntu2204", "ubuntu2404", "rhel9"}
     assert cuda["debian12"].fingerprint == "EB693B3035CD5710E231E123A4B469963BF863CC"
-    assert cuda["rhel9"].fingerprint is None  # not verifiable: never invented
+    assert cuda["rhel9"].fingerprint == "610C7B14E068A878070DA4E99CD0A493D42D0685"
+    assert cuda["rhel9"].key_url.endswith("/D42D0685.pub")
+    assert cuda["rhel9"].fingerprint.endswith("D42D0685")  # the key's short id
     assert all(r.base_url.endswith(f"/{os_dir}/x86_64/") for os_dir, r in cuda.items())
     assert {r.package_family for r in cuda.values()} == set(FAMILIES)
+    assert [o for o, r in cuda.items() if r.driver_module_streams] == ["rhel9"]
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+def test_every_rhel_stack_names_its_module_streams(name: str) -> None:
+    stack = MATRIX.stacks[name]
+    assert "rhel9" in stack.os_support
+    b = stack.driver.branch
+    assert stack.driver.dnf_module_streams == {"open": f"nvidia-driver:{b}-open",
+                                               "proprietary": f"nvidia-driver:{b}-dkms"}
+    detail = stack_detail(MATRIX, name)
+    assert detail["dnf_module_streams"] == stack.driver.dnf_module_streams
+
+
+def test_resolved_stream_follows_branch_and_flavour() -> None:
+    assert resolve({"gpu_stack": "cuda-13.0"}).dnf_module_stream == "nvidia-driver:580-open"
+    r = resolve({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "570.124.06",
+                 "nvidia_driver_module_flavor": "proprietary"})
+    assert r.as_vars()["nvidia_driver_dnf_module_stream"] == "nvidia-driver:570-dkms"
 
 
 def test_stacks_yml_is_plain_yaml_for_include_vars() -> None:
@@ -135,7 +159,15 @@ def test_every_stack_passes_every_rule_on_every_profile_it_supports(
     stack, profile = MATRIX.stacks[stack_name], PROFILES[profile_name]
     if not supports(stack, profile):
         message = refused({"gpu_stack": stack_name}, profile)
-        assert "nvidia_driver_version" in message and profile.architecture in message
+        arch = MATRIX.architectures[profile.architecture]
+        if arch.max_cuda_version and cuda_key(stack.cuda_version) > cuda_key(
+                arch.max_cuda_version):
+            assert "cuda_version" in message and profile.architecture in message
+        elif stack.driver.branch < arch.min_driver_branch:
+            assert "nvidia_driver_version" in message and profile.architecture in message
+        else:
+            assert f"{profile.gpu_model} ({profile.pci_device_ids[0]})" in message
+            assert f"min_driver {profile.min_driver}" in message
         return
     r = resolve({"gpu_stack": stack_name}, profile)
     assert (r.stack, r.driver_version, r.overrides) == (stack_name, stack.driver.version, ())
@@ -149,7 +181,8 @@ def test_every_stack_passes_every_rule_on_every_profile_it_supports(
     ("cuda-12.2", "hgx-a100-8gpu", "proprietary", True),
     ("cuda-12.4", "hgx-h100-8gpu", "proprietary", True),
     ("cuda-12.6", "hgx-h200-8gpu", "open", True),
-    ("cuda-12.8", "hgx-b200-8gpu", "open", True),
+    ("cuda-12.9", "hgx-b200-8gpu", "open", True),
+    ("cuda-11.8", "sxm2-v100-8gpu", "proprietary", False),
     ("cuda-12.9", "pcie-l40s-4gpu", "open", False),
     ("cuda-13.0", "sim-h100-8gpu", "open", True),
 ])
@@ -170,6 +203,16 @@ def test_resolves_each_stack(stack_name: str, profile_name: str, flavor: str, fm
         "nccl_version": stack.nccl.version,
         "nvidia_container_toolkit_version": stack.container_toolkit.version,
         "dcgm_version": stack.dcgm.version,
+        "nvidia_driver_dnf_module_stream":
+            f"nvidia-driver:{stack.driver.branch}-{'open' if flavor == 'open' else 'dkms'}",
+        "nvidia_fabricmanager_nvlsm_enabled": profile_name == "hgx-b200-8gpu",
+        "nvidia_fabricmanager_nvlsm_packages": (
+            {"apt": ["nvlsm", "libibumad3", "infiniband-diags"],
+             "apt_ubuntu": ["nvlsm", "libibumad3", "infiniband-diags"],
+             "dnf": ["nvlsm", "libibumad", "infiniband-diags"]}
+            if profile_name == "hgx-b200-8gpu" else {}),
+        "nvidia_fabricmanager_kernel_modules":
+            ["ib_umad"] if profile_name == "hgx-b200-8gpu" else [],
     }
 
 
@@ -337,9 +380,10 @@ def test_rule_fabric_manager_equals_driver_on_nvswitch() -> None:
 
 
 def test_rule_unknown_stack_lists_choices() -> None:
-    message = refused({"gpu_stack": "cuda-11.8"})
-    assert message == ("host gpu-01: gpu_stack cuda-11.8 is not a known stack; choose one of "
-                       "cuda-12.2, cuda-12.4, cuda-12.6, cuda-12.8, cuda-12.9, cuda-13.0")
+    message = refused({"gpu_stack": "cuda-11.7"})
+    assert message == ("host gpu-01: gpu_stack cuda-11.7 is not a known stack; choose one of "
+                       "cuda-11.8, cuda-12.2, cuda-12.4, cuda-12.6, cuda-12.8, cuda-12.9, "
+                       "cuda-13.0")
 
 
 def test_rule_unknown_flavor_lists_choices() -> None:
@@ -362,9 +406,9 @@ def test_rule_malformed_override(var: str, value: str) -> None:
 
 
 def test_rule_unknown_cuda_version_lists_table() -> None:
-    message = refused({"cuda_version": "11.8"})
-    assert message.startswith("host gpu-01: cuda_version 11.8 is not in the CUDA/driver table")
-    assert "12.0, 12.1" in message
+    message = refused({"cuda_version": "11.7"})
+    assert message.startswith("host gpu-01: cuda_version 11.7 is not in the CUDA/driver table")
+    assert "11.8, 12.0, 12.1" in message
 
 
 def test_rule_cuda_without_toolkit_release_needs_full_version() -> None:
@@ -494,7 +538,7 @@ def test_package_exception_replaces_the_conventional_pin(tmp_path: Path) -> None
         return {p.name: p.version for p in packages_for(r, family)}
 
     assert pins("apt_ubuntu", "open")["nvidia-driver-570-open"] == "570.124.06-0ubuntu2"
-    assert pins("apt_ubuntu", "open")["cuda-drivers-570"] == "570.124.06-1"
+    assert pins("apt_ubuntu", "open")["cuda-drivers-570"] == "570.124.06-0ubuntu1"
     assert pins("apt_ubuntu", "proprietary")["nvidia-driver-570"] == "570.124.06-0ubuntu1"
     assert "nvidia-driver-570-open" not in pins("apt", "open")
     # An exception is a fact about the stack's own version: a driver override drops it.
@@ -545,8 +589,8 @@ def test_stack_rows() -> None:
     rows = stack_rows(MATRIX)
     assert [r["stack"] for r in rows] == sorted(REQUIRED, key=lambda n: cuda_key(n[5:]))
     assert [r["stack"] for r in rows if r["default"]] == ["cuda-13.0"]
-    assert rows[1]["driver"] == "R550 550.54.15"
-    assert rows[1]["module_flavors"] == "open, proprietary (default)"
+    assert rows[2]["driver"] == "R550 550.54.15"
+    assert rows[2]["module_flavors"] == "open, proprietary (default)"
     assert all(isinstance(v, str) for row in rows for v in row.values())
 
 
@@ -557,7 +601,7 @@ def test_stack_detail() -> None:
     assert "nvidia-driver-570-open 570.124.06-0ubuntu1" in d["packages"]["apt_ubuntu"]["driver"][
         "open"]
     assert "volta" not in stack_detail(MATRIX, "cuda-13.0")["architectures"]
-    with pytest.raises(InputError, match=r"stack cuda-9\.0 is not known; choose one of cuda-12\.2"):
+    with pytest.raises(InputError, match=r"stack cuda-9\.0 is not known; choose one of cuda-11\.8, cuda-12\.2"):
         stack_detail(MATRIX, "cuda-9.0")
 
 

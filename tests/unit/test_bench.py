@@ -1,0 +1,100 @@
+"""The bench's own logic (no timings asserted): the profiling recap parser on real
+profile_tasks/profile_roles output, the headline keys from cluster rows, and the controller
+measures on a small scale."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import cluster, controller, profiling  # noqa: E402
+
+# ansible-playbook 2.19 with ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks,
+# ansible.posix.profile_roles (ansible.posix 2.1.0), end of its output.
+RECAP = """\
+PLAY RECAP *********************************************************************
+gpu-1                      : ok=93   changed=0    unreachable=0    failed=0    skipped=12
+
+
+TASKS RECAP ********************************************************************
+Monday 23 November 2026  07:03:26 +0000 (0:00:02.097)       0:00:02.190 *******
+===============================================================================
+gpucluster.provisioner.nvidia_driver : Driver | Install packages -------- 4.10s
+gpucluster.provisioner.cuda_toolkit : CUDA | Install toolkit ------------- 2.25s
+Gathering Facts --------------------------------------------------------- 0.90s
+
+ROLES RECAP ********************************************************************
+Monday 23 November 2026  07:03:26 +0000 (0:00:02.097)       0:00:02.180 *******
+===============================================================================
+gpucluster.provisioner.nvidia_driver ------------------------------------ 4.10s
+gpucluster.provisioner.cuda_toolkit ------------------------------------- 2.25s
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+total ------------------------------------------------------------------- 7.25s
+"""
+
+
+def test_recaps_are_parsed_into_tasks_and_roles() -> None:
+    recaps = profiling.parse_recaps(RECAP)
+    assert recaps["tasks"] == [
+        ("gpucluster.provisioner.nvidia_driver : Driver | Install packages", 4.10),
+        ("gpucluster.provisioner.cuda_toolkit : CUDA | Install toolkit", 2.25),
+        ("Gathering Facts", 0.90)]
+    assert recaps["roles"] == [("gpucluster.provisioner.nvidia_driver", 4.10),
+                               ("gpucluster.provisioner.cuda_toolkit", 2.25)]
+
+
+def test_top_tasks_span_every_playbook_of_a_run(tmp_path: Path) -> None:
+    for ident, scale in (("stack", 1.0), ("validate", 2.0)):
+        out = tmp_path / "ansible" / "artifacts" / ident
+        out.mkdir(parents=True)
+        (out / "stdout").write_text(RECAP.replace("4.10s", f"{4.1 * scale:.2f}s"))
+    best = profiling.top(tmp_path, n=3)
+    assert [(t["run"], t["seconds"]) for t in best["tasks"]] == [
+        ("validate", 8.2), ("stack", 4.1), ("validate", 2.25)]
+    assert best["roles"][0] == {"role": "gpucluster.provisioner.nvidia_driver",
+                                "seconds": 12.3}
+
+
+def test_the_profiling_callbacks_ship_with_the_ansible_package() -> None:
+    from ansible_collections.ansible import posix
+
+    callbacks = Path(posix.__path__[0]) / "plugins" / "callback"
+    for name in profiling.PROFILE_ENV["ANSIBLE_CALLBACKS_ENABLED"].split(","):
+        assert (callbacks / f"{name.rsplit('.', 1)[-1]}.py").is_file()
+
+
+def test_headline_keys_come_from_the_node_rows_with_reasons_for_gaps() -> None:
+    result = {"special_nodes": 3, "nodes": {
+        "1": {"up_first_s": 40.0, "up_rerun_s": 20.0, "stack_rerun_s": 6.0,
+              "floor_fresh_s": 3.0},
+        "3": {"up_first_s": 24.0, "up_rerun_s": 25.0, "up_rerun_stock_s": 60.0}},
+        "unreachable": {"cost_s": 9.5}}
+    keys, why = cluster.headline(result)
+    assert keys == {"stack_rerun_over_floor": 2.0, "rerun_8_over_1": None,
+                    "tuned_over_stock": 0.42, "up_3_nodes_s": 24.0,
+                    "unreachable_node_cost_s": 9.5}
+    assert why == {"rerun_8_over_1": "needs node counts 1 and 8 (--nodes)"}
+
+
+def test_display_bench_counts_every_event_it_fed() -> None:
+    measured = controller.display_bench(hosts=50, tasks=4, budget_s=30)
+    assert measured["events"] == measured["events_offered"] == 1 + 4 * 51
+    assert measured["us_per_event"] > 0
+    assert measured["memory_after_all_events_kb"] > 0
+
+
+def test_the_mixed_inventory_plans(tmp_path: Path) -> None:
+    import yaml
+
+    from provisioner import plan as plan_mod
+
+    path = tmp_path / "mixed.yml"
+    path.write_text(yaml.safe_dump(controller.mixed_inventory(100)))
+    cp = plan_mod.build(path)
+    assert len(cp.inventory.gpu_hosts) == 100
+    assert {h.profile.name for h in cp.hosts.values() if h.profile} == {
+        "hgx-h100-8gpu", "hgx-h200-8gpu", "hgx-b200-8gpu"}
