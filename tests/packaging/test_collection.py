@@ -124,8 +124,6 @@ def test_an_unknown_playbook_name_is_refused(installed: Path, tmp_path: Path) ->
     assert out.returncode != 0
 
 
-@pytest.mark.xfail(strict=True, reason="playbooks read provisioner/data/profiles.yml outside "
-                   "the collection until issue 9 item 1 (the plan as the only channel) lands")
 def test_no_playbook_or_role_reaches_outside_the_collection() -> None:
     """An installed collection has no ../provisioner next to it: content that climbs out of
     playbooks/ or a role finds nothing there."""

@@ -203,19 +203,30 @@ def test_role_platforms_are_the_matrix_repository_table(role: str) -> None:
 
 
 def test_nvidia_repo_vars_files_name_every_matrix_os_like_preflight_does() -> None:
+    import jinja2
     from gpucluster.preflight import os_dir
 
-    # vars/<Distribution>_<major>.yml -> the directory nvidia_repo uses; preflight's os_dir()
-    # must give the same name for that distribution, or one would accept what the other refuses.
-    ids = {"Debian": ("debian", "12"), "Ubuntu_22": ("ubuntu", "22.04"),
-           "Ubuntu_24": ("ubuntu", "24.04"), "RedHat": ("rhel", "9"), "Rocky": ("rocky", "9"),
-           "AlmaLinux": ("almalinux", "9")}
+    # What nvidia_repo's vars files (family, then distribution_major, later wins) name each
+    # OS's repository directory; preflight's os_dir() must give the same name for that
+    # distribution, or one would accept what the other refuses.
+    nodes = {  # (os_family, distribution, major) -> (os-release ID, VERSION_ID)
+        ("Debian", "Debian", "12"): ("debian", "12"),
+        ("Debian", "Ubuntu", "22"): ("ubuntu", "22.04"),
+        ("Debian", "Ubuntu", "24"): ("ubuntu", "24.04"),
+        ("RedHat", "RedHat", "9"): ("rhel", "9"),
+        ("RedHat", "Rocky", "9"): ("rocky", "9"),
+        ("RedHat", "AlmaLinux", "9"): ("almalinux", "9"),
+    }
+    vars_dir = ROOT / "roles" / "nvidia_repo" / "vars"
     named = {}
-    for path in sorted((ROOT / "roles" / "nvidia_repo" / "vars").glob("*_*.yml")):
-        stem = path.stem
-        key = stem if stem.startswith("Ubuntu") else stem.split("_")[0]
-        named[stem] = yaml.safe_load(path.read_text())["__nvidia_repo_os_dir"]
-        assert named[stem] == os_dir(*ids[key]), stem
-    assert (ROOT / "roles/nvidia_repo/vars/Rocky_9.yml").resolve().name == "RedHat_9.yml"
-    assert (ROOT / "roles/nvidia_repo/vars/AlmaLinux_9.yml").resolve().name == "RedHat_9.yml"
+    for (family, distribution, major), ids in nodes.items():
+        facts = {"os_family": family, "distribution": distribution,
+                 "distribution_major_version": major}
+        value = None
+        for name in (f"{family}.yml", f"{distribution}_{major}.yml"):
+            if (vars_dir / name).is_file():
+                value = yaml.safe_load((vars_dir / name).read_text())["__nvidia_repo_os_dir"]
+        assert value is not None, (family, distribution)
+        named[distribution, major] = jinja2.Template(value).render(ansible_facts=facts)
+        assert named[distribution, major] == os_dir(*ids), (distribution, major)
     assert set(named.values()) == set(MATRIX.repositories.cuda)
