@@ -216,7 +216,9 @@ def check_node(opts: argparse.Namespace) -> dict[str, Any]:
 
 def ping_peers(opts: argparse.Namespace) -> int:
     def probe(peer: str) -> float | None:
-        answer = run(["ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "1", peer])
+        name, _sep, address = peer.partition("=")
+        address = address or name
+        answer = run(["ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "1", address])
         return health.parse_ping_rtt(answer[1]) if answer and answer[0] == 0 else None
 
     if shutil.which("ping") is None:
@@ -224,7 +226,7 @@ def ping_peers(opts: argparse.Namespace) -> int:
         return EXIT_UNKNOWN
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         found = list(pool.map(probe, opts.ping))
-    rtts = {peer: found[i] for i, peer in enumerate(opts.ping)}
+    rtts = {peer.partition("=")[0]: found[i] for i, peer in enumerate(opts.ping)}
     text = health.render_latency_textfile(rtts)
     if opts.textfile:
         write_atomic(opts.textfile, health.LATENCY_TEXTFILE_NAME, text)
@@ -253,7 +255,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nccl-header", default="/usr/include/nccl.h")
     parser.add_argument("--fabricmanager-unit", default="nvidia-fabricmanager")
     parser.add_argument("--ping", action="append", metavar="PEER",
-                        help="latency probe mode: ping PEER (repeatable) instead of checking")
+                        help="latency probe mode: ping PEER (NAME or NAME=ADDRESS, repeatable) "
+                             "instead of checking")
     opts = parser.parse_args(argv)
     if opts.textfile and not os.path.isdir(opts.textfile):
         parser.error(f"--textfile {opts.textfile}: not a directory")
