@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """gpuc-health: the node's own health check, run by a systemd timer, by Slurm's
 HealthCheckProgram or by hand. Standard library only.
 
