@@ -35,6 +35,9 @@ lint: deps
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint -q
+	promtool check rules roles/monitoring/files/rules/gpucluster.rules.yml
+	cd roles/monitoring/files/rules && promtool test rules tests/gpucluster.rules.test.yml
+	$(PY) scripts/dashboard.py --check
 
 # ansible-test sanity on the collection tarball, no container (scripts/sanity.sh): 20-60 s once
 # ansible-test's per-test virtualenvs are cached under ~/.ansible/test, up to 6 min the first time.

@@ -57,7 +57,7 @@ def mixed_inventory(hosts: int) -> dict[str, Any]:
         racks[f"rack_{r // per_rack:03d}"] = {
             "hosts": rack, "vars": {"gpu_profile": profiles[(r // per_rack) % len(profiles)]}}
     return {"all": {
-        "vars": {"gpu_stack": "cuda-12.8", "fabric": "infiniband"},
+        "vars": {"gpu_stack": "cuda-12.9", "fabric": "infiniband"},
         "children": {
             "gpu_nodes": {"children": racks},
             "cpu_nodes": {"hosts": {f"login-{i}": {} for i in range(2)}},

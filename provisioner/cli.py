@@ -166,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--limit")
     _json_option(val, "the run's report")
 
+    hlt = sub.add_parser("health", help="run every GPU node's health command (gpuc-health) "
+                         "in parallel, one table; exit status: the worst node's (0 healthy, "
+                         "1 degraded, 2 unhealthy, 3 could not check)")
+    hlt.add_argument("--inventory", "-i", required=True)
+    hlt.add_argument("--limit")
+    hlt.add_argument("--timeout", type=_seconds, default=300, help="run timeout (s)")
+    _json_option(hlt, "every node's verdict")
+
     plan = sub.add_parser("plan", help="validate the inventory and show the resolved stack "
                           "per host (no host contact)")
     plan.add_argument("--inventory", "-i", required=True)
@@ -279,6 +287,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _validate(args)
     if args.command == "smoke":
         return _smoke(args)
+    if args.command == "health":
+        return _health(args)
     if args.command == "report":
         return _report(args)
     if args.command == "sim":
@@ -507,6 +517,26 @@ def _validate(args: argparse.Namespace) -> int:
 
     return _run(args, plan_mod.build(args.inventory), "validate", bringup.VALIDATE_PHASES,
                 bringup.RunOptions(limit=args.limit))
+
+
+def _health(args: argparse.Namespace) -> int:
+    from provisioner import health, render
+    from provisioner import plan as plan_mod
+
+    cp = plan_mod.build(args.inventory)
+    if cp.simulated:
+        render.simulated_banner(_chatter(args))
+    with _display_factory(args)("health (health.yml)") as progress:
+        summary = health.run(cp, progress, limit=args.limit, timeout_s=args.timeout)
+    if args.json:
+        print(render.as_json(summary.to_dict()))
+    else:
+        render.rows_table(console, f"node health (run {summary.run_id})", [
+            {"node": n.host, "status": n.status_name,
+             "failing": ", ".join(n.failing) or "-", "warnings": ", ".join(n.warnings) or "-",
+             "detail": n.detail or "-"} for n in summary.nodes])
+        console.print(f"worst: {health.STATUS_NAMES[summary.worst]} (exit {summary.worst})")
+    return summary.worst
 
 
 def _smoke(args: argparse.Namespace) -> int:

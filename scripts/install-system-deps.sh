@@ -4,8 +4,9 @@
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
+# prometheus: for promtool (make test checks and unit-tests the monitoring role's rules).
 PACKAGES=(podman runc netavark aardvark-dns iptables debootstrap gnupg dpkg-dev apt-utils
-          openssh-client make curl)
+          openssh-client make curl prometheus)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -4,8 +4,9 @@ Every package of every stack that supports Debian 12 gets a stand-in with the re
 and version (so pinning, holding and version checks are the real ones). Contents are tiny
 simulated tools (``provisioner.sim.tools``, bundled by ``provisioner.sim.bundle``): nvidia-smi
 (answers from /etc/gpu-sim/profile.json), nvidia-persistenced, nv-fabricmanager and
-nv-hostengine (idle daemons), nvcc --version, nvidia-ctk (CDI spec) and dcgmi diag, plus the
-version headers (cudnn_version.h, nccl.h) the verify steps read.
+nv-hostengine (idle daemons), nvcc --version, nvidia-ctk (CDI spec), dcgmi diag and health,
+dcgm-exporter (a /metrics server), plus the version headers (cudnn_version.h, nccl.h) the verify
+steps read.
 """
 
 from __future__ import annotations
@@ -121,10 +122,28 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
     return SimPackage(name=name, version=version, description=f"{name} {up} (simulated)")
 
 
+# NVIDIA publishes dcgm-exporter as a package-managed systemd service whose package version is
+# the exporter's ("Install DCGM Exporter", DCGM documentation); 4.8.3 is the exporter release a
+# public package index carries as dcgm-exporter 4.8.3 (built against DCGM 4.6.0). The monitoring
+# role installs the package by name, unpinned like a tool outside the stack matrix.
+DCGM_EXPORTER_VERSION = "4.8.3-1"
+
+
+def dcgm_exporter_package() -> SimPackage:
+    up = _upstream(DCGM_EXPORTER_VERSION)
+    return SimPackage(name="dcgm-exporter", version=DCGM_EXPORTER_VERSION, files={
+        "/usr/bin/dcgm-exporter": tool_script("dcgm_exporter", version=up),
+        "/lib/systemd/system/dcgm-exporter.service":
+            _unit("NVIDIA DCGM exporter", "/usr/bin/dcgm-exporter --address :9400"),
+    }, modes={"/usr/bin/dcgm-exporter": 0o755},
+        description=f"NVIDIA DCGM exporter {up} (simulated)")
+
+
 def all_packages(matrix: StackMatrix) -> tuple[list[SimPackage], list[SimPackage]]:
     """(CUDA-repo packages, container-toolkit-repo packages), de-duplicated by name+version:
     the apt pins of every Debian 12 stack, both driver flavours and the fabric manager."""
-    cuda: dict[tuple[str, str], SimPackage] = {}
+    exporter = dcgm_exporter_package()
+    cuda: dict[tuple[str, str], SimPackage] = {(exporter.name, exporter.version): exporter}
     ctk: dict[tuple[str, str], SimPackage] = {}
     for stack in matrix.stacks.values():
         if OS_DIR not in stack.os_support:

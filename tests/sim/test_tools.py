@@ -200,4 +200,4 @@ def test_every_packaged_tool_runs_on_a_bare_python(tmp_path: Path) -> None:
                 out = ok(run_tool(root / path.lstrip("/"), root, "--version"))
                 assert upstream in out, (package.name, out)
                 seen.add(Path(path).name)
-    assert seen == {"nvidia-smi", "nvcc", "dcgmi", "nvidia-ctk"}
+    assert seen == {"nvidia-smi", "nvcc", "dcgmi", "nvidia-ctk", "dcgm-exporter"}

@@ -173,6 +173,20 @@ def _power(gpu: ET.Element) -> dict[str, float | None]:
     }
 
 
+def _clock_reasons(gpu: ET.Element) -> list[str] | None:
+    """Active clock throttle reasons (``hw_slowdown``, ``sw_thermal_slowdown``...), the
+    ``clocks_event_reasons`` block of r535+ or the older ``clocks_throttle_reasons``; ``None``
+    when neither block is present."""
+    for block, prefix in (("clocks_event_reasons", "clocks_event_reason_"),
+                          ("clocks_throttle_reasons", "clocks_throttle_reason_")):
+        node = gpu.find(block)
+        if node is None:
+            continue
+        return sorted(child.tag[len(prefix):] if child.tag.startswith(prefix) else child.tag
+                      for child in node if clean(child.text) == "Active")
+    return None
+
+
 def _mig_devices(gpu: ET.Element) -> list[dict[str, Any]]:
     devices = []
     for node in gpu.findall("mig_devices/mig_device"):
@@ -208,6 +222,7 @@ def _gpu(index: int, gpu: ET.Element) -> dict[str, Any]:
         "remapped_rows": _remapped_rows(gpu),
         "pcie": _pcie(gpu),
         "clocks": _clocks(gpu),
+        "clock_reasons": _clock_reasons(gpu),
         "power": power,
         "power_limit_w": power["limit_w"],
         "temperature_c": _int(gpu, "temperature/gpu_temp"),

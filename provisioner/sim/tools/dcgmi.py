@@ -1,5 +1,5 @@
-"""SIMULATED dcgmi (gpu-cluster-provisioner): ``--version`` and ``diag -r 1|2|3`` in DCGM's table
-format, failing the checks an injected fault (/etc/gpu-sim/faults) would fail.
+"""SIMULATED dcgmi (gpu-cluster-provisioner): ``--version``, ``diag -r 1|2|3`` and ``health -c``
+in DCGM's table format, failing the checks an injected fault (/etc/gpu-sim/faults) would fail.
 
 Installed as ``/usr/bin/dcgmi`` by a simulated DCGM package, bundled with its version (see
 provisioner.sim.bundle).
@@ -46,11 +46,42 @@ def diag(version: str) -> int:
     return EXIT_DIAG_FAILED if bad else 0
 
 
+def health_row(name: str, result: str) -> str:
+    return f"| {name:<25} | {result:<56} |"
+
+
+def health() -> int:
+    """``dcgmi health -c``: the health watches' verdict, failing for the GPU memory and NVLink
+    faults a watch would see."""
+    incidents: list[tuple[int, str]] = []
+    for fault in read_fault_file(read_text(FAULTS_FILE) or ""):
+        if fault.gpu is None:
+            continue
+        if fault.kind.key == "ecc-uncorrectable":
+            incidents.append((fault.gpu, "Memory system: Failure"))
+        elif fault.kind.key in ("nvlink-down", "nvlink-link-down"):
+            incidents.append((fault.gpu, "NVLink system: Failure"))
+    border = "+" + "-" * 27 + "+" + "-" * 58 + "+"
+    out = [border, "| Health Monitor Report" + " " * 64 + "|",
+           border.replace("-", "="),
+           health_row("Overall Health", "Failure" if incidents else "Healthy")]
+    for gpu, text in incidents:
+        out += [health_row(f"GPU ID: {gpu}", "Failure"), health_row("", text)]
+    out.append(border)
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
 def main(argv: list[str], version: str) -> int:
     if not argv or argv[0] in ("-v", "--version"):
         sys.stdout.write(f"dcgmi  version: {version} (SIMULATED)\n")
         return 0
     if argv[0] == "diag":
         return diag(version)
+    if argv[0] == "health" and ("-c" in argv or "--check" in argv):
+        return health()
+    if argv[0] == "health" and ("-s" in argv or "--set" in argv):
+        sys.stdout.write("Health monitor systems set successfully.\n")
+        return 0
     sys.stderr.write(f"dcgmi (SIMULATED): unsupported command: {' '.join(argv)}\n")
     return 2

@@ -17,6 +17,9 @@ IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
 DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
 CUDA_VERSION_FILE = "/usr/lib/gpu-sim/cuda-version"
 PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
+# Load the stand-in dcgm-exporter reports: "<gpu index|all> util=95 temp=88 fb_used=70000
+# power=650" lines (tests write it to drive the alerts).
+GPU_LOAD_FILE = "/var/lib/gpu-sim/gpu-load"
 
 # Bus numbers of the GPU baseboard on common 8-GPU HGX servers, in enumeration order; GPUs past
 # the eighth get 0xE0 + slot. The simulated lspci, kernel log and nvidia-smi all use them.

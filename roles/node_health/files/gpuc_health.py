@@ -1,0 +1,279 @@
+"""gpuc-health: the node's own health check, run by a systemd timer, by Slurm's
+HealthCheckProgram or by hand. Standard library only.
+
+It reads the node (nvidia-smi, the kernel log, the InfiniBand sysfs tree, systemd, dcgmi) and
+judges it with the same policy the controller's validate uses: the gpucluster package of the
+collection's module_utils, installed next to this program (../lib/gpuc-health/gpucluster) by
+the node_health role. What it compares with is the expectations file the role writes from the
+plan (--expectations).
+
+Exit status: 0 healthy, 1 degraded, 2 unhealthy, 3 could not check (bad usage included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+LIB = os.environ.get("GPUC_HEALTH_LIB") or os.path.join(
+    os.path.dirname(os.path.realpath(__file__)), os.pardir, "lib", "gpuc-health")
+sys.path.insert(0, os.path.abspath(LIB))
+
+from gpucluster import health  # noqa: E402
+from gpucluster.ib_sysfs import read_ib_sysfs  # noqa: E402
+from gpucluster.nvlink import parse_nvlink_status  # noqa: E402
+from gpucluster.nvsmi_xml import parse_nvidia_smi_xml  # noqa: E402
+from gpucluster.xid import FATAL_XIDS, parse_xid  # noqa: E402
+
+TOOL_TIMEOUT = 10  # seconds; a hung nvidia-smi is itself a finding
+EXIT_UNKNOWN = health.UNKNOWN
+
+
+class Usage(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's exit 2 means "unhealthy" here
+        sys.stderr.write(f"gpuc-health: {message}\n")
+        sys.exit(EXIT_UNKNOWN)
+
+
+def run(args: list[str]) -> tuple[int, str, str] | None:
+    """(rc, stdout, stderr) of a tool, None when it is not installed."""
+    path = shutil.which(args[0])
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, *args[1:]], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{args[0]} did not answer within {TOOL_TIMEOUT} s"
+    return done.returncode, done.stdout, done.stderr
+
+
+def last_line(rc: int, out: str, err: str) -> str:
+    lines = (err or out).strip().splitlines()
+    return lines[-1] if lines else f"exit {rc}"
+
+
+def parsed(parse: Any, answer: tuple[int, str, str] | None, tool: str) -> dict[str, Any]:
+    if answer is None:
+        return {"error": f"{tool} not found"}
+    rc, out, err = answer
+    if rc != 0:
+        return {"error": last_line(rc, out, err)}
+    try:
+        return dict(parse(out))
+    except ValueError as exc:
+        return {"error": f"cannot parse {tool}: {exc}"}
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def kernel_log(path: str) -> str | None:
+    if path:
+        return read_text(path)
+    for args in (["journalctl", "-k", "-b", "--no-pager", "-q"], ["dmesg"]):
+        answer = run(args)
+        if answer is not None and answer[0] == 0:
+            return answer[1]
+    return None
+
+
+def cuda_toolkit(root: str) -> str | None:
+    text = read_text(os.path.join(root, "version.json"))
+    try:
+        return str(json.loads(text or "")["cuda"]["version"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def nccl_header(path: str) -> str | None:
+    text = read_text(path) or ""
+    parts = [re.search(rf"#define\s+NCCL_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts if m) if all(parts) else None
+
+
+def dcgm_health() -> dict[str, Any] | None:
+    answer = run(["dcgmi", "health", "-c"])
+    if answer is None:
+        return None
+    rc, out, err = answer
+    found = health.parse_dcgmi_health(out)
+    if found["overall"] is None:
+        return {"error": last_line(rc, out, err)}
+    return found
+
+
+def load_json(path: str) -> Any:
+    text = read_text(path)
+    return json.loads(text) if text else None
+
+
+def write_atomic(directory: str, name: str, text: str) -> None:
+    """temp file in the same directory, then rename: node_exporter never reads half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def check_node(opts: argparse.Namespace) -> dict[str, Any]:
+    started = time.time()
+    problems: list[str] = []
+    try:
+        plan = load_json(opts.expectations)
+    except ValueError as exc:
+        plan, problems = None, [f"{opts.expectations}: not JSON ({exc})"]
+    if not isinstance(plan, dict) and not problems:
+        problems.append(f"{opts.expectations}: missing or empty (run the node_health role)")
+    plan = plan if isinstance(plan, dict) else {}
+    expected = dict(plan.get("expected") or {})
+    stack = dict(plan.get("stack") or {})
+    if stack.get("driver_version") and not expected.get("driver_version"):
+        expected["driver_version"] = stack["driver_version"]
+    facts: dict[str, Any] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        smi = pool.submit(run, ["nvidia-smi", "-q", "-x"])
+        nvl = pool.submit(run, ["nvidia-smi", "nvlink", "-s"]) \
+            if expected.get("nvlink_links_per_gpu") else None
+        dcgm = pool.submit(dcgm_health)
+        log = pool.submit(kernel_log, opts.kernel_log)
+        fm = pool.submit(run, ["systemctl", "is-active", opts.fabricmanager_unit]) \
+            if expected.get("nvswitch") else None
+        if smi.result() is None:
+            problems.append("nvidia-smi not found (is the driver installed?)")
+        facts["gpu"] = parsed(parse_nvidia_smi_xml, smi.result(), "nvidia-smi")
+        if nvl is not None:
+            facts["nvlink"] = parsed(parse_nvlink_status, nvl.result(), "nvidia-smi nvlink")
+        else:
+            facts["nvlink"] = {}
+        facts["dcgm_health"] = dcgm.result()
+        if fm is not None:
+            answer = fm.result()
+            facts["fabricmanager"] = answer[1].strip() if answer else None
+        else:
+            facts["fabricmanager"] = None
+        text = log.result()
+    if expected.get("ib_hcas"):
+        root = opts.ib_sysfs_root
+        facts["ib"] = read_ib_sysfs(root) if os.path.isdir(root) else {
+            "error": f"{root} does not exist (no RDMA devices or driver)"}
+    else:
+        facts["ib"] = {}
+    if text is None:
+        facts["xid"] = None
+    else:
+        events = parse_xid(text)
+        for event in events:
+            event["fatal"] = event.get("xid") in FATAL_XIDS
+        boot_id = (read_text("/proc/sys/kernel/random/boot_id") or "").strip()
+        try:
+            state_before = load_json(opts.state)
+        except ValueError:
+            state_before = None  # a damaged state file: start over
+        if opts.clear_xid:  # acknowledged: everything logged so far counts as reported
+            state_before = {"boot_id": boot_id, "xid_seen": len(events), "xid_fatal": []}
+        judged, state = health.xid_since_last_run(events, state_before, boot_id)
+        facts["xid"] = {"events": judged}
+        if opts.state:
+            os.makedirs(os.path.dirname(opts.state) or ".", exist_ok=True)
+            write_atomic(os.path.dirname(opts.state) or ".", os.path.basename(opts.state),
+                         json.dumps(state))
+    gpu = facts["gpu"]
+    facts["measured"] = {
+        "driver": gpu.get("driver_version"),
+        "driver_cuda": gpu.get("cuda_version"),
+        "cuda_toolkit": cuda_toolkit(opts.cuda_root),
+        "nccl": nccl_header(opts.nccl_header),
+    }
+    checks = health.judge(facts, expected, stack) if not problems else []
+    host = socket.gethostname()
+    return health.result(host, checks, problems, stack, facts["measured"], started, time.time())
+
+
+def ping_peers(opts: argparse.Namespace) -> int:
+    def probe(peer: str) -> float | None:
+        name, _sep, address = peer.partition("=")
+        address = address or name
+        answer = run(["ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "1", address])
+        return health.parse_ping_rtt(answer[1]) if answer and answer[0] == 0 else None
+
+    if shutil.which("ping") is None:
+        sys.stderr.write("gpuc-health: ping not found (install iputils-ping)\n")
+        return EXIT_UNKNOWN
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(pool.map(probe, opts.ping))
+    rtts = {peer.partition("=")[0]: found[i] for i, peer in enumerate(opts.ping)}
+    text = health.render_latency_textfile(rtts)
+    if opts.textfile:
+        write_atomic(opts.textfile, health.LATENCY_TEXTFILE_NAME, text)
+    if opts.json:
+        sys.stdout.write(json.dumps({"latency_seconds": rtts}, indent=2) + "\n")
+    elif not opts.textfile:
+        sys.stdout.write(text)
+    return 0 if all(r is not None for r in rtts.values()) else health.DEGRADED
+
+
+def main(argv: list[str]) -> int:
+    parser = Usage(prog="gpuc-health", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--textfile", metavar="DIR",
+                        help="also write Prometheus metrics into DIR (node_exporter's textfile "
+                             "collector directory), atomically")
+    parser.add_argument("--expectations", default="/etc/gpuc-health/expected.json")
+    parser.add_argument("--state", default="/var/lib/gpuc-health/state.json",
+                        help="remembers the Xid events already reported")
+    parser.add_argument("--clear-xid", action="store_true",
+                        help="forget fatal Xid events reported before (after a GPU reset)")
+    parser.add_argument("--kernel-log", default="",
+                        help="a file holding the kernel log (default: journalctl -k -b, dmesg)")
+    parser.add_argument("--ib-sysfs-root", default="/sys/class/infiniband")
+    parser.add_argument("--cuda-root", default="/usr/local/cuda")
+    parser.add_argument("--nccl-header", default="/usr/include/nccl.h")
+    parser.add_argument("--fabricmanager-unit", default="nvidia-fabricmanager")
+    parser.add_argument("--ping", action="append", metavar="PEER",
+                        help="latency probe mode: ping PEER (NAME or NAME=ADDRESS, repeatable) "
+                             "instead of checking")
+    opts = parser.parse_args(argv)
+    if opts.textfile and not os.path.isdir(opts.textfile):
+        parser.error(f"--textfile {opts.textfile}: not a directory")
+    if opts.ping:
+        return ping_peers(opts)
+    try:
+        res = check_node(opts)
+    except OSError as exc:
+        sys.stderr.write(f"gpuc-health: {exc}\n")
+        return EXIT_UNKNOWN
+    if opts.textfile:
+        write_atomic(opts.textfile, health.TEXTFILE_NAME, health.render_textfile(res))
+    if opts.json:
+        sys.stdout.write(json.dumps(res, indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(health.render_text(res))
+    return int(res["status"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

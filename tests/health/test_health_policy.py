@@ -1,0 +1,125 @@
+"""The node health policy (module_utils/gpucluster/health.py) on its own, and on real captures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gpucluster import health
+from gpucluster.nvsmi_xml import parse_nvidia_smi_xml
+from gpucluster.xid import FATAL_XIDS, parse_xid
+
+DCGMI_HEALTHY = """\
++---------------------------+----------------------------------------------------------+
+| Health Monitor Report                                                                |
++===========================+==========================================================+
+| Overall Health            | Healthy                                                  |
++---------------------------+----------------------------------------------------------+
+"""
+DCGMI_FAILED = """\
++---------------------------+----------------------------------------------------------+
+| Health Monitor Report                                                                |
++===========================+==========================================================+
+| Overall Health            | Failure                                                  |
+| GPU ID: 0                 | Failure                                                  |
+|                           | PCIe system: Warning - Detected more than 8 PCIe replays |
+|                           | Memory system: Failure - A DBE has occurred              |
++---------------------------+----------------------------------------------------------+
+"""
+
+
+def test_dcgmi_health_table() -> None:
+    assert health.parse_dcgmi_health(DCGMI_HEALTHY) == {"overall": "Healthy", "incidents": []}
+    found = health.parse_dcgmi_health(DCGMI_FAILED)
+    assert found["overall"] == "Failure"
+    assert "Memory system: Failure - A DBE has occurred" in found["incidents"]
+    [check] = health.dcgm_health_check(found)
+    assert check["status"] == "fail" and "GPU ID: 0 Failure" in check["detail"]
+    assert health.dcgm_health_check(None)[0]["status"] == "skip"
+    assert health.dcgm_health_check({"error": "Unable to connect"})[0]["status"] == "warn"
+    assert health.parse_dcgmi_health("Error: host engine not running")["overall"] is None
+
+
+def test_overall_status_is_the_worst_check() -> None:
+    def c(status: str) -> dict[str, str]:
+        return {"name": status, "status": status}
+
+    assert health.overall([c("pass"), c("skip")]) == health.HEALTHY
+    assert health.overall([c("pass"), c("warn")]) == health.DEGRADED
+    assert health.overall([c("warn"), c("fail")]) == health.UNHEALTHY
+    assert health.overall([c("pass")], ["nvidia-smi not found"]) == health.UNKNOWN
+
+
+def test_xid_state_across_boots() -> None:
+    soft = {"xid": 13, "pci": "0000:19:00", "timestamp": "1.0", "fatal": False}
+    fatal = {"xid": 79, "pci": "0000:3b:00", "timestamp": "2.0", "fatal": True}
+    judged, state = health.xid_since_last_run([soft], None, "boot-1")
+    assert judged == [soft] and state["xid_seen"] == 1
+    judged, state = health.xid_since_last_run([soft, fatal], state, "boot-1")
+    assert judged == [fatal]
+    judged, state = health.xid_since_last_run([soft, fatal], state, "boot-1")
+    assert judged == [fatal]  # fatal stays reported
+    judged, _ = health.xid_since_last_run([], state, "boot-2")
+    assert judged == []  # a reboot resets the GPUs
+
+
+def test_ping_summary() -> None:
+    text = ("--- node-b ping statistics ---\n3 packets transmitted, 3 received, 0% packet loss, "
+            "time 404ms\nrtt min/avg/max/mdev = 0.041/2.500/0.061/0.008 ms\n")
+    assert health.parse_ping_rtt(text) == pytest.approx(0.0025)
+    assert health.parse_ping_rtt("3 packets transmitted, 0 received, 100% packet loss") is None
+
+
+def test_hardware_slowdown_warns() -> None:
+    gpu = {"gpus": [{"index": 0, "clock_reasons": ["gpu_idle", "sw_power_cap"]},
+                    {"index": 1, "clock_reasons": ["hw_thermal_slowdown"]}]}
+    by = {c["name"]: c for c in health.gpu_extra_checks(gpu)}
+    assert by["gpu0_clocks"]["status"] == "pass"
+    assert by["gpu1_clocks"]["status"] == "warn" and "hw_thermal_slowdown" in by["gpu1_clocks"][
+        "detail"]
+
+
+def test_label_values_are_escaped() -> None:
+    res = health.result("h", [{"name": 'a"b\\c', "status": "fail"}], [], {"name": "s\n"}, {},
+                        0.0, 1.0)
+    text = health.render_textfile(res)
+    assert 'gpucluster_health_ok{check="a\\"b\\\\c"} 0' in text
+    assert 'stack="s\\n"' in text
+
+
+# --- real captures (../shared/captures), skipped when absent -----------------------------------
+
+
+def test_real_nvidia_smi_captures_parse_clock_reasons_and_retired_pages(captures: Path) -> None:
+    seen_reasons = 0
+    for path in sorted((captures / "nvidia-smi-xml").glob("*.xml")):
+        facts = parse_nvidia_smi_xml(path.read_text(encoding="utf-8", errors="replace"))
+        checks = health.gpu_extra_checks(facts)
+        for gpu in facts["gpus"]:
+            if gpu["clock_reasons"] is not None:
+                seen_reasons += 1
+                assert {c["name"] for c in checks} >= {f"gpu{gpu['index']}_clocks"}
+        # None of these captures was taken on a GPU holding its clocks down in hardware.
+        assert all(c["status"] == "pass" for c in checks if c["name"].endswith("_clocks")), path
+    assert seen_reasons > 0
+
+
+def test_real_v100_capture_reports_retired_pages(captures: Path) -> None:
+    path = captures / "nvidia-smi-xml" / "v100s-pcie-8gpu-460.xml"
+    if not path.is_file():
+        pytest.skip("capture absent")
+    checks = health.gpu_extra_checks(parse_nvidia_smi_xml(path.read_text()))
+    assert any(c["name"].endswith("_retired_pages") for c in checks)
+
+
+def test_real_fatal_xid_log_is_unhealthy(captures: Path) -> None:
+    path = captures / "dmesg-xid" / "xid31-xid48-dmesg-T.txt"
+    if not path.is_file():
+        pytest.skip("capture absent")
+    events = parse_xid(path.read_text())
+    for event in events:
+        event["fatal"] = event["xid"] in FATAL_XIDS
+    judged, _ = health.xid_since_last_run(events, None, "b")
+    checks = health.judge({"xid": {"events": judged}}, {}, {})
+    assert health.overall(checks) == health.UNHEALTHY
+    assert "Xid 48" in checks[0]["detail"] and "since the last run" in checks[0]["detail"]
