@@ -107,6 +107,13 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                 run = _nccl_tests_run(host, result, profile)
                 ok = ok and run["verdict"]["passed"]
                 runs.append(run)
+                verdict = run["verdict"]
+                report.checks.append(Check(
+                    host=host, phase="smoke", name="nccl_tests_busbw",
+                    status=("skip" if verdict["floor_skipped"] else
+                            "pass" if verdict["passed"] else "fail"),
+                    measured=_round(verdict["best_busbw_gbps"]),
+                    expected=verdict["floor_gbps"], detail=verdict["summary"]))
                 continue
             (out_dir / f"{host}-{name}.log").write_text("\n".join(result.get("log") or []) + "\n")
             if name == "inter" and not result.get("result") and _inter_result_elsewhere(reports):
