@@ -15,11 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.busbw import CPU_SIZES, FLOOR_MIN_BYTES, GPU_SIZES, human_size
-from provisioner.errors import InputError
+from provisioner.errors import EnvironmentProblem, InputError
+from provisioner.paths import workspace_root
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report
 from provisioner.smoke import judge, load_smoke_result
-from provisioner.wheelhouse import ensure_wheelhouse
+from provisioner.wheelhouse import (
+    NodePlatform,
+    controller_platform,
+    ensure_wheelhouse,
+    node_platforms,
+)
 
 SIM_NPROC_PER_NODE = 2
 SIM_SOCKET_IFNAME = "eth0"
@@ -31,28 +37,49 @@ def _first_gpu_host(plan: ClusterPlan) -> str:
     return next(h for h, hp in plan.hosts.items() if hp.kind == "gpu")
 
 
+def _platforms(plan: ClusterPlan) -> list[NodePlatform]:
+    """The distinct platforms of the GPU nodes, from the fact cache of earlier runs; nodes
+    without cached facts are taken to match the controller (a warning in the report would
+    be the place to say so; the node's pip then refuses a wheel that does not fit)."""
+    hosts = [h for h, hp in plan.hosts.items() if hp.kind == "gpu"]
+    found = node_platforms(workspace_root() / ".ansible" / "facts", hosts)
+    platforms = set(found.values())
+    if len(found) < len(hosts):
+        platforms.add(controller_platform())
+    return sorted(platforms)
+
+
 @contextlib.contextmanager
 def wheelhouse_url(plan: ClusterPlan, cache: Path) -> Iterator[str]:
-    """The URL nodes install PyTorch from. When the package mirror is a directory of this
-    controller (``gpu_package_source_dir``, as on the simulated cluster), the wheelhouse goes
-    into it and the mirror serves it; otherwise the controller serves the wheelhouse itself
-    for the length of the run."""
+    """The URL of the wheelhouse nodes install PyTorch from (one directory per node platform
+    under it, holding the wheels and a hashed requirements.txt). When the package mirror is a
+    directory of this controller (``gpu_package_source_dir``, as on the simulated cluster), the
+    wheelhouse goes into it and the mirror serves it; otherwise the controller serves the
+    wheelhouse itself for the length of the run, on the address the nodes route to only.
+    Empty when the inventory names a site index (``smoke_job_pip_index_url``): nodes install
+    from there and nothing is built or served."""
     first = plan.inventory.hosts[_first_gpu_host(plan)]
+    if first.vars.get("smoke_job_pip_index_url"):
+        yield ""
+        return
+    platforms = _platforms(plan)
     mirror_dir = first.vars.get("gpu_package_source_dir")
     if mirror_dir:
-        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels")
+        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels", platforms=platforms)
         yield str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
         return
-    house = ensure_wheelhouse(cache / "wheelhouse")
+    house = ensure_wheelhouse(cache / "wheelhouse", platforms=platforms)
     target = str(first.vars.get("ansible_host") or first.name)
+    address = _local_address_towards(target)
     handler = functools.partial(_QuietHandler, directory=str(house))
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://{_local_address_towards(target)}:{server.server_address[1]}/"
+        yield f"http://{address}:{server.server_address[1]}/"
     finally:
         server.shutdown()
+        server.server_close()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -61,13 +88,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def _local_address_towards(host: str) -> str:
-    """The controller's address on the route to ``host`` (a UDP connect sends no packet)."""
+    """The controller's address on the route to ``host`` (a UDP connect sends no packet): the
+    wheelhouse listens there only, never on every interface."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((socket.gethostbyname(host), 9))
             return str(sock.getsockname()[0])
-    except OSError:
-        return socket.gethostname()
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot find the controller's address towards node {host} ({exc.strerror or exc}); "
+            "check the node's ansible_host resolves and is routable from here") from None
 
 
 def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str) -> dict[str, Any]:

@@ -38,13 +38,16 @@ PLAY = """
   hosts: all
   gather_facts: false
   tasks:
+    - name: Test | What verify.yml publishes before the bandwidth phase
+      ansible.builtin.set_fact:
+        rdma_report: {verbs_devices: "{{ test_verbs_devices }}"}
     - name: Test | Measure
       ansible.builtin.include_role:
         name: gpucluster.provisioner.rdma
         tasks_from: bandwidth.yml
     - name: Test | Save the report
       ansible.builtin.copy:
-        content: "{{ rdma_bandwidth_report | to_json }}"
+        content: "{{ rdma_report.bandwidth | to_json }}"
         dest: "{{ out_dir }}/{{ inventory_hostname }}.json"
         mode: "0644"
       delegate_to: localhost
@@ -76,7 +79,7 @@ def run(tmp_path: Path, hosts: list[str], devices: list[str], states: dict[str, 
             "ansible_python_interpreter": sys.executable} for h in hosts}}}))
     play = tmp_path / "play.yml"
     play.write_text(PLAY)
-    extra = {"rdma_report": {"verbs_devices": devices}, "__rdma_peermem_state": "not-gpu",
+    extra = {"test_verbs_devices": devices, "__rdma_peermem_state": "not-gpu",
              "__rdma_bw_sysfs": str(sysfs), "rdma_bandwidth_floor_gbps": floor,
              "rdma_bandwidth_server_wait_s": 0, "rdma_bandwidth_timeout_s": 20,
              "out_dir": str(out)}

@@ -279,8 +279,9 @@ def pip_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
 def test_wheelhouse_downloads_once_and_writes_manifest(
         tmp_path: Path, offline_index: Path, pip_calls: list[list[str]]) -> None:
-    dest = tmp_path / "wheelhouse"
-    assert ensure_wheelhouse(dest, ["gpuc-tiny==1.0"]) == dest
+    house = tmp_path / "wheelhouse"
+    assert ensure_wheelhouse(house, ["gpuc-tiny==1.0"]) == house
+    dest = house / wheelhouse.controller_platform().key  # one directory per node platform
     assert len(pip_calls) == 1
     assert pip_calls[0][:4] == [sys.executable, "-m", "pip", "download"]
     wheel = dest / "gpuc_tiny-1.0-py3-none-any.whl"
@@ -291,9 +292,11 @@ def test_wheelhouse_downloads_once_and_writes_manifest(
         "name": wheel.name, "size": wheel.stat().st_size,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]
 
+    sha = manifest["files"][0]["sha256"]
+    assert f"gpuc-tiny==1.0 --hash=sha256:{sha}" in (dest / "requirements.txt").read_text()
     before = (dest / "wheelhouse.json").stat().st_mtime_ns
-    ensure_wheelhouse(dest, ["gpuc-tiny==1.0"])
-    ensure_wheelhouse(dest, ["gpuc_tiny>=0.5"])  # other spelling, still satisfied
+    ensure_wheelhouse(house, ["gpuc-tiny==1.0"])
+    ensure_wheelhouse(house, ["gpuc_tiny>=0.5"])  # other spelling, still satisfied
     assert len(pip_calls) == 1
     assert json.loads((dest / "wheelhouse.json").read_text())["files"] == manifest["files"]
     assert (dest / "wheelhouse.json").stat().st_mtime_ns != before  # requirements changed
@@ -305,7 +308,7 @@ def test_wheelhouse_unsatisfiable_requirement_is_one_line_error(
         ensure_wheelhouse(tmp_path / "wh", ["gpuc-tiny>=2"])
     assert "\n" not in str(info.value)
     assert len(pip_calls) == 1
-    assert not (tmp_path / "wh" / "wheelhouse.json").exists()
+    assert not list((tmp_path / "wh").rglob("wheelhouse.json"))
 
 
 def test_wheelhouse_pip_success_without_wheel_is_error(
