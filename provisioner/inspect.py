@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from provisioner.busbw import FLOOR_MIN_BYTES, human_size, judged_point
 from provisioner.errors import InputError
 from provisioner.paths import enable_module_utils
 
@@ -175,7 +176,6 @@ def inspect_file(path: Path) -> dict[str, Any]:
 
 _FACT_KEY = {"nvidia-smi-xml": "gpu", "nvidia-smi-nvlink": "nvlink", "ib-sysfs-flat": "ib",
              "ibstat": "ib", "dmesg-xid": "xid", "dcgmi-diag": "dcgm"}
-FLOOR_MIN_BYTES = 1 << 30  # the profiles' busbw floors are stated for sizes >= 1 GiB
 
 
 def check_against_profile(result: dict[str, Any], profile: Any) -> list[dict[str, Any]]:
@@ -199,19 +199,27 @@ def check_against_profile(result: dict[str, Any], profile: Any) -> list[dict[str
     return cast(list[dict[str, Any]], validate.evaluate({key: value}, expected))
 
 
+def nccl_tests_point(facts: dict[str, Any]) -> Any:
+    """The busbw a floor is compared with, from parsed nccl-tests facts (provisioner.busbw)."""
+    return judged_point(
+        (int(row.get("size_bytes") or 0), (row.get(half) or {}).get("busbw_gbps"))
+        for row in facts.get("rows") or [] for half in ("out_of_place", "in_place")
+        if row.get(half))
+
+
 def _busbw_check(facts: dict[str, Any], profile: Any) -> dict[str, Any]:
     hosts = {r.get("host") for r in facts.get("ranks") or [] if r.get("host")}
     inter = len(hosts) > 1
     floor = profile.busbw_floor_inter_gbps if inter else profile.busbw_floor_intra_gbps
-    big = [max((r.get(k) or {}).get("busbw_gbps") or 0.0 for k in ("out_of_place", "in_place"))
-           for r in facts.get("rows") or [] if (r.get("size_bytes") or 0) >= FLOOR_MIN_BYTES]
+    point = nccl_tests_point(facts)
     where = "multi-node" if inter else "single-node (or unknown hosts)"
-    if not big:
+    if point is None:
         return {"name": "nccl_busbw", "status": "skip", "measured": None, "expected": floor,
-                "detail": "no all-reduce size >= 1 GiB in the log; rerun with -e 1G or more"}
-    best = max(big)
-    ok = best >= floor
-    return {"name": "nccl_busbw", "status": "pass" if ok else "fail", "measured": best,
-            "expected": floor,
-            "detail": f"best busbw {best:g} GB/s at >= 1 GiB vs the {where} floor {floor:g} GB/s"
+                "detail": f"no all-reduce size >= {human_size(FLOOR_MIN_BYTES)} in the log; "
+                          "rerun with -e 8G (the floors are defined at the largest sizes)"}
+    ok = point.busbw_gbps >= floor
+    return {"name": "nccl_busbw", "status": "pass" if ok else "fail",
+            "measured": round(point.busbw_gbps, 3), "expected": floor,
+            "detail": f"busbw {point.busbw_gbps:g} GB/s at {human_size(point.size_bytes)} (the "
+                      f"largest size) vs the {where} floor {floor:g} GB/s"
                       + ("" if ok else ": below the profile's floor")}

@@ -92,6 +92,8 @@ class Profile(BaseModel):
     fabric: Fabric
     busbw_floor_intra_gbps: float = Field(gt=0)
     busbw_floor_inter_gbps: float = Field(gt=0)
+    # Gb/s per HCA for perftest ib_write_bw; 0 = no floor (see profiles.yml's header).
+    ib_write_bw_floor_gbps: float = Field(default=0.0, ge=0)
     simulated: bool
     sources: tuple[str, ...] = Field(min_length=1)
 
@@ -112,6 +114,10 @@ class Profile(BaseModel):
             raise ValueError("nvswitch_generation must be set exactly when nvswitch is true")
         if (self.ib_hcas > 0) != (self.ib_rate_gbps > 0):
             raise ValueError("ib_hcas and ib_rate_gbps must both be 0 or both be set")
+        if self.ib_write_bw_floor_gbps > self.ib_rate_gbps:
+            raise ValueError(f"ib_write_bw_floor_gbps {self.ib_write_bw_floor_gbps:g} is above "
+                             f"the HCAs' rate ib_rate_gbps {self.ib_rate_gbps} and could never "
+                             "be met")
         if self.fabric in ("infiniband", "roce") and self.ib_hcas == 0:
             raise ValueError(f"fabric: {self.fabric} needs ib_hcas > 0 (RDMA adapters)")
         return self

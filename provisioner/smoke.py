@@ -2,9 +2,10 @@
 
 The job (``roles/smoke_job/files/gpuc_smoke.py``) runs on the nodes and writes one JSON file
 from rank 0; the controller fetches it and calls :func:`load_smoke_result` then :func:`judge`.
-Correctness and DDP checks always apply. The bus-bandwidth floor compares the best busbw over
-sizes of at least 1 MiB (small messages measure latency, not bandwidth) with the floor, and is
-skipped on a simulated cluster, whose numbers come from gloo on CPU containers.
+Correctness and DDP checks always apply. The bus-bandwidth floor is judged by the one policy of
+:mod:`provisioner.busbw` (busbw at the largest size, which must be >= 1 GiB), shared with
+nccl-tests and ``provisioner inspect``; it is skipped for gloo on CPU (correctness only) and on
+a simulated cluster.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from provisioner.busbw import FLOOR_MIN_BYTES, GLOO_SKIP_REASON, human_size, judged_point
 from provisioner.errors import InputError
 
 SCHEMA_VERSION = 1
-FLOOR_MIN_BYTES = 1024 * 1024
 SIMULATED_SKIP_REASON = "simulated cluster: CPU gloo numbers, GPU floor not applicable"
 NO_FLOOR_REASON = "no busbw floor configured"
 
@@ -85,9 +86,11 @@ class FloorCheck:
     """The busbw floor: ``skipped_reason`` is set when it was not applied."""
 
     floor_gbps: float | None
+    # The busbw compared with the floor: at the largest size >= 1 GiB (provisioner.busbw).
     best_busbw_gbps: float | None
     passed: bool
     skipped_reason: str | None = None
+    size_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -103,14 +106,6 @@ class SmokeVerdict:
     @property
     def passed(self) -> bool:
         return not self.failures
-
-
-def human_size(size: int) -> str:
-    """``1048576`` -> ``1 MiB``; sizes that are not a whole unit stay in bytes."""
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
 
 
 def load_smoke_result(path: Path | str) -> SmokeResult:
@@ -149,32 +144,38 @@ def load_smoke_result(path: Path | str) -> SmokeResult:
 def _floor_check(result: SmokeResult, floor_gbps: float | None, simulated: bool,
                  rows: tuple[SizeRow, ...]) -> tuple[FloorCheck, str | None]:
     """The floor verdict, and the failure message when the floor was missed."""
-    big = [row.busbw_gbps for row in rows if row.counts_for_floor]
-    best = max(big) if big else None
+    point = judged_point((row.bytes, row.busbw_gbps) for row in rows)
+    best = point.busbw_gbps if point else None
+    size = point.size_bytes if point else None
     if simulated:
-        return FloorCheck(floor_gbps, best, passed=True, skipped_reason=SIMULATED_SKIP_REASON), None
+        return FloorCheck(floor_gbps, best, True, SIMULATED_SKIP_REASON, size), None
+    if result.backend != "nccl":
+        return FloorCheck(floor_gbps, best, True, GLOO_SKIP_REASON, size), None
     if floor_gbps is None:
-        return FloorCheck(None, best, passed=True, skipped_reason=NO_FLOOR_REASON), None
+        return FloorCheck(None, best, True, NO_FLOOR_REASON, size), None
     nodes = ", ".join(result.nodes) or "(no nodes reported)"
-    if best is None:
+    if point is None:
         return FloorCheck(floor_gbps, None, passed=False), (
             f"[{result.label}] no all-reduce size >= {human_size(FLOOR_MIN_BYTES)} was measured, "
             f"so the busbw floor {floor_gbps:g} GB/s cannot be checked on nodes {nodes}; "
-            "run the job with larger --sizes")
-    if best < floor_gbps:
-        return FloorCheck(floor_gbps, best, passed=False), (
-            f"[{result.label}] all-reduce busbw {best:.2f} GB/s (best over sizes >= "
-            f"{human_size(FLOOR_MIN_BYTES)}) is below the floor {floor_gbps:g} GB/s on nodes "
-            f"{nodes}: check the interconnect (NCCL_DEBUG=INFO shows the transport chosen)")
-    return FloorCheck(floor_gbps, best, passed=True), None
+            "run the job with sizes up to 8G (or the largest the GPUs' memory allows)")
+    if point.busbw_gbps < floor_gbps:
+        return FloorCheck(floor_gbps, best, False, None, size), (
+            f"[{result.label}] all-reduce busbw {point.busbw_gbps:.2f} GB/s at "
+            f"{human_size(point.size_bytes)} (the largest size measured) is below the floor "
+            f"{floor_gbps:g} GB/s on nodes {nodes}: check the interconnect (NCCL_DEBUG=INFO "
+            "shows the transport chosen)")
+    return FloorCheck(floor_gbps, best, True, None, size), None
 
 
 def judge(result: SmokeResult, floor_gbps: float | None, simulated: bool) -> SmokeVerdict:
-    """Decide pass/fail. Correctness and DDP always count; the floor only on real GPUs."""
+    """Decide pass/fail. Correctness and DDP always count; the floor only with NCCL on real
+    GPUs, at the largest size measured (>= 1 GiB)."""
+    point = judged_point((r.bytes, r.busbw_gbps) for r in result.allreduce)
     rows = tuple(
         SizeRow(bytes=r.bytes, size=human_size(r.bytes), time_us=r.time_us,
                 algbw_gbps=r.algbw_gbps, busbw_gbps=r.busbw_gbps, correct=r.correct,
-                counts_for_floor=r.bytes >= FLOOR_MIN_BYTES)
+                counts_for_floor=point is not None and r.bytes == point.size_bytes)
         for r in result.allreduce)
     label = f"[{result.label}]"
     # The job's own errors come first: they name the rank, the host and what the backend said,

@@ -14,11 +14,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from provisioner.errors import InputError
+from provisioner.busbw import CPU_SIZES, FLOOR_MIN_BYTES, GPU_SIZES, human_size
+from provisioner.errors import EnvironmentProblem, InputError
+from provisioner.paths import workspace_root
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report
 from provisioner.smoke import judge, load_smoke_result
-from provisioner.wheelhouse import ensure_wheelhouse
+from provisioner.wheelhouse import (
+    NodePlatform,
+    controller_platform,
+    ensure_wheelhouse,
+    node_platforms,
+)
 
 SIM_NPROC_PER_NODE = 2
 SIM_SOCKET_IFNAME = "eth0"
@@ -30,28 +37,49 @@ def _first_gpu_host(plan: ClusterPlan) -> str:
     return next(h for h, hp in plan.hosts.items() if hp.kind == "gpu")
 
 
+def _platforms(plan: ClusterPlan) -> list[NodePlatform]:
+    """The distinct platforms of the GPU nodes, from the fact cache of earlier runs; nodes
+    without cached facts are taken to match the controller (a warning in the report would
+    be the place to say so; the node's pip then refuses a wheel that does not fit)."""
+    hosts = [h for h, hp in plan.hosts.items() if hp.kind == "gpu"]
+    found = node_platforms(workspace_root() / ".ansible" / "facts", hosts)
+    platforms = set(found.values())
+    if len(found) < len(hosts):
+        platforms.add(controller_platform())
+    return sorted(platforms)
+
+
 @contextlib.contextmanager
 def wheelhouse_url(plan: ClusterPlan, cache: Path) -> Iterator[str]:
-    """The URL nodes install PyTorch from. When the package mirror is a directory of this
-    controller (``gpu_package_source_dir``, as on the simulated cluster), the wheelhouse goes
-    into it and the mirror serves it; otherwise the controller serves the wheelhouse itself
-    for the length of the run."""
+    """The URL of the wheelhouse nodes install PyTorch from (one directory per node platform
+    under it, holding the wheels and a hashed requirements.txt). When the package mirror is a
+    directory of this controller (``gpu_package_source_dir``, as on the simulated cluster), the
+    wheelhouse goes into it and the mirror serves it; otherwise the controller serves the
+    wheelhouse itself for the length of the run, on the address the nodes route to only.
+    Empty when the inventory names a site index (``smoke_job_pip_index_url``): nodes install
+    from there and nothing is built or served."""
     first = plan.inventory.hosts[_first_gpu_host(plan)]
+    if first.vars.get("smoke_job_pip_index_url"):
+        yield ""
+        return
+    platforms = _platforms(plan)
     mirror_dir = first.vars.get("gpu_package_source_dir")
     if mirror_dir:
-        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels")
+        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels", platforms=platforms)
         yield str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
         return
-    house = ensure_wheelhouse(cache / "wheelhouse")
+    house = ensure_wheelhouse(cache / "wheelhouse", platforms=platforms)
     target = str(first.vars.get("ansible_host") or first.name)
+    address = _local_address_towards(target)
     handler = functools.partial(_QuietHandler, directory=str(house))
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+    server = http.server.ThreadingHTTPServer((address, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://{_local_address_towards(target)}:{server.server_address[1]}/"
+        yield f"http://{address}:{server.server_address[1]}/"
     finally:
         server.shutdown()
+        server.server_close()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -60,13 +88,16 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def _local_address_towards(host: str) -> str:
-    """The controller's address on the route to ``host`` (a UDP connect sends no packet)."""
+    """The controller's address on the route to ``host`` (a UDP connect sends no packet): the
+    wheelhouse listens there only, never on every interface."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.connect((socket.gethostbyname(host), 9))
             return str(sock.getsockname()[0])
-    except OSError:
-        return socket.gethostname()
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot find the controller's address towards node {host} ({exc.strerror or exc}); "
+            "check the node's ansible_host resolves and is routable from here") from None
 
 
 def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str) -> dict[str, Any]:
@@ -79,11 +110,13 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str) -> dict[s
     }
     if plan.simulated:
         # Simulated GPUs cannot run CUDA: gloo on CPU processes, no GPU count to expect.
-        out.update(smoke_job_backend="gloo", smoke_job_nproc_per_node=SIM_NPROC_PER_NODE,
+        out.update(smoke_job_backend="gloo", smoke_job_sizes=CPU_SIZES,
+                   smoke_job_nproc_per_node=SIM_NPROC_PER_NODE,
                    smoke_job_expect_gpus_per_node=0, smoke_job_socket_ifname=SIM_SOCKET_IFNAME,
                    smoke_job_timeout_s=SIM_TIMEOUT_S)
     else:
-        out.update(smoke_job_nproc_per_node=gpus, smoke_job_expect_gpus_per_node=gpus)
+        out.update(smoke_job_sizes=GPU_SIZES, smoke_job_nproc_per_node=gpus,
+                   smoke_job_expect_gpus_per_node=gpus)
     return out
 
 
@@ -104,6 +137,13 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                 run = _nccl_tests_run(host, result, profile)
                 ok = ok and run["verdict"]["passed"]
                 runs.append(run)
+                verdict = run["verdict"]
+                report.checks.append(Check(
+                    host=host, phase="smoke", name="nccl_tests_busbw",
+                    status=("skip" if verdict["floor_skipped"] else
+                            "pass" if verdict["passed"] else "fail"),
+                    measured=_round(verdict["best_busbw_gbps"]),
+                    expected=verdict["floor_gbps"], detail=verdict["summary"]))
                 continue
             (out_dir / f"{host}-{name}.log").write_text("\n".join(result.get("log") or []) + "\n")
             if name == "inter" and not result.get("result") and _inter_result_elsewhere(reports):
@@ -130,31 +170,59 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
 
 
 def _nccl_tests_run(host: str, result: Mapping[str, Any], profile: Any) -> dict[str, Any]:
-    """all_reduce_perf's table from one node, against the single-node floor."""
-    from provisioner.paths import enable_module_utils
+    """all_reduce_perf's table from one node, judged against the single-node floor by the
+    same policy as the smoke job (provisioner.busbw), or the reason it did not run."""
+    label = f"nccl-tests {host}"
+    if result.get("skipped"):
+        return {"label": label, "host": host, "backend": "nccl", "allreduce": [],
+                "verdict": {"passed": True, "best_busbw_gbps": None, "floor_gbps": None,
+                            "floor_skipped": str(result["skipped"]),
+                            "summary": f"SKIPPED: {result['skipped']}"}}
+    return judge_nccl_tests(label, host, str(result.get("output") or ""), result.get("rc"),
+                            profile.busbw_floor_intra_gbps if profile is not None else None)
 
-    enable_module_utils()
-    import importlib
 
-    parser = importlib.import_module("gpucluster.nccl_tests")
-    parsed = parser.parse_nccl_tests(str(result.get("output") or ""))
+def judge_nccl_tests(label: str, host: str, output: str, rc: Any,
+                     floor: float | None) -> dict[str, Any]:
+    """One all_reduce_perf log -> a smoke run entry with its verdict (parse -> judge)."""
+    from provisioner.inspect import NCCL_TESTS, nccl_tests_point, parse_text
+
+    try:
+        parsed = parse_text(output, NCCL_TESTS)
+    except ValueError as exc:
+        return {"label": label, "host": host, "backend": "nccl", "allreduce": [],
+                "verdict": {"passed": False, "best_busbw_gbps": None, "floor_gbps": floor,
+                            "floor_skipped": None,
+                            "summary": f"FAIL: all_reduce_perf exit {rc}: {exc}"}}
     rows = [{"bytes": r["size_bytes"], "time_us": r["out_of_place"]["time_us"] or 0.0,
              "algbw_gbps": r["out_of_place"]["algbw_gbps"] or 0.0,
              "busbw_gbps": r["out_of_place"]["busbw_gbps"] or 0.0,
              "correct": not r["out_of_place"].get("wrong")}
             for r in parsed.get("rows") or [] if r.get("out_of_place")]
-    floor = profile.busbw_floor_intra_gbps if profile is not None else None
-    big = [r["busbw_gbps"] for r in rows if r["bytes"] >= 1 << 30]
-    best = max(big) if big else None
-    passed = result.get("rc") == 0 and bool(rows) and (
-        floor is None or (best is not None and best >= floor))
-    summary = (f"nccl-tests all_reduce_perf: best busbw {best} GB/s at >= 1 GiB vs floor "
-               f"{floor} GB/s" if best is not None else
-               f"nccl-tests all_reduce_perf exit {result.get('rc')}, no size >= 1 GiB measured")
-    return {"label": f"nccl-tests {host}", "host": host, "backend": "nccl",
+    point = nccl_tests_point(parsed)
+    wrong = [human_size(r["bytes"]) for r in rows if not r["correct"]]
+    problems = [f"all_reduce_perf exit {rc}"] if rc != 0 else []
+    problems += [f"wrong results at {', '.join(wrong)}"] if wrong else []
+    if parsed.get("out_of_bounds_ok") is False:
+        problems.append(f"{parsed['out_of_bounds']} out-of-bounds values")
+    if point is None:
+        problems.append(f"no size >= {human_size(FLOOR_MIN_BYTES)} measured")
+        summary = "no busbw to judge"
+    else:
+        summary = (f"busbw {point.busbw_gbps:.2f} GB/s at {human_size(point.size_bytes)} vs "
+                   f"floor {floor:g} GB/s" if floor is not None else
+                   f"busbw {point.busbw_gbps:.2f} GB/s at {human_size(point.size_bytes)}, "
+                   "no floor configured")
+        if floor is not None and point.busbw_gbps < floor:
+            problems.append("below the floor")
+    passed = not problems
+    return {"label": label, "host": host, "backend": "nccl",
             "world_size": len(parsed.get("ranks") or []), "nnodes": 1, "allreduce": rows,
-            "verdict": {"passed": passed, "summary": ("PASS: " if passed else "FAIL: ") + summary,
-                        "best_busbw_gbps": best, "floor_gbps": floor, "floor_skipped": None}}
+            "verdict": {"passed": passed,
+                        "summary": ("PASS: " if passed else "FAIL: ") + "; ".join(
+                            [f"nccl-tests all_reduce_perf: {summary}", *problems]),
+                        "best_busbw_gbps": point.busbw_gbps if point else None,
+                        "floor_gbps": floor, "floor_skipped": None}}
 
 
 def _inter_result_elsewhere(reports: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -184,9 +252,10 @@ def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | 
         return {"label": label, "host": host, "allreduce": [], "verdict": {
             "passed": False, "best_busbw_gbps": None, "summary": str(exc)}}
     verdict = judge(parsed, floor, simulated)
+    at = human_size(verdict.floor.size_bytes) if verdict.floor.size_bytes else "no size >= 1 GiB"
     floor_text = (f"floor skipped: {verdict.floor.skipped_reason}" if verdict.floor.skipped_reason
-                  else f"best busbw {verdict.floor.best_busbw_gbps:.2f} GB/s vs floor "
-                       f"{verdict.floor.floor_gbps:g} GB/s")
+                  else f"busbw {verdict.floor.best_busbw_gbps or 0.0:.2f} GB/s at {at} vs floor "
+                       f"{verdict.floor.floor_gbps or 0.0:g} GB/s")
     summary = ("PASS: correct all-reduce, DDP loss decreased, parameters identical; "
                + floor_text) if verdict.passed else "FAIL: " + "; ".join(verdict.failures)
     return {

@@ -1,17 +1,23 @@
 """A local wheelhouse: how nodes without internet get PyTorch for the smoke job.
 
-The controller downloads the wheels once (``pip download`` with the current interpreter, so
-they match the controller's Python and platform), serves the directory over HTTP, and nodes run
-``pip install --no-index --find-links URL torch==...``. ``wheelhouse.json`` lists every file
-with its sha256 so nodes and reports can tell exactly what was installed.
+The controller downloads the wheels once per distinct node platform (:class:`NodePlatform`: the
+nodes' CPython version and machine, from their facts) with ``pip download --only-binary=:all:
+--platform ... --python-version ... --implementation cp --abi cpXY``, into ``<key>/`` (e.g.
+``cp313-x86_64/``), and writes ``requirements.txt`` there: every downloaded wheel pinned with its
+sha256, so nodes install with ``pip install --no-index --find-links URL/<key>/
+--require-hashes -r URL/<key>/requirements.txt``. ``wheelhouse.json`` lists every file with its
+sha256 so reports can tell exactly what was installed.
 """
 
 from __future__ import annotations
 
 import json
+import platform as host_platform
+import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,108 @@ MANIFEST_NAME = "wheelhouse.json"
 DEFAULT_REQUIREMENTS = ("torch==2.13.0", "numpy")
 DOWNLOAD_TIMEOUT_S = 3600.0
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
+REQUIREMENTS_NAME = "requirements.txt"
+# manylinux tags pip may pick for a node, newest first (PEP 600 glibc 2.17 .. 2.28 cover the
+# supported distributions: EL9 has glibc 2.34, Debian 12 2.36, Ubuntu 22.04 2.35).
+_MANYLINUX = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_24", "manylinux_2_17",
+              "manylinux2014")
+_MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+@dataclass(frozen=True, order=True)
+class NodePlatform:
+    """What a node's wheels must fit: CPython ``major.minor`` and the machine (x86_64...)."""
+
+    python: str
+    machine: str
+
+    @property
+    def key(self) -> str:
+        """``cp313-x86_64``: the wheelhouse subdirectory; nodes compute the same from facts."""
+        return f"cp{self.python.replace('.', '')}-{self.machine}"
+
+    @property
+    def platform_tags(self) -> list[str]:
+        return [f"{tag}_{self.machine}" for tag in _MANYLINUX]
+
+
+def controller_platform() -> NodePlatform:
+    return NodePlatform(f"{sys.version_info.major}.{sys.version_info.minor}",
+                        _MACHINES.get(host_platform.machine().lower(), host_platform.machine()))
+
+
+def platform_from_facts(facts: Mapping[str, Any]) -> NodePlatform | None:
+    """The platform of a node from its Ansible facts (``ansible_python``/``python`` and
+    ``ansible_architecture``/``architecture``, as the fact cache stores them); None when the
+    facts do not say."""
+    python = facts.get("ansible_python", facts.get("python"))
+    machine = str(facts.get("ansible_architecture", facts.get("architecture")) or "")
+    version = python.get("version") if isinstance(python, Mapping) else None
+    if not isinstance(version, Mapping) or machine.lower() not in _MACHINES:
+        return None
+    try:
+        return NodePlatform(f"{int(version['major'])}.{int(version['minor'])}",
+                            _MACHINES[machine.lower()])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def node_platforms(facts_dir: Path, hosts: Iterable[str]) -> dict[str, NodePlatform]:
+    """The platform of each host whose facts are cached in ``facts_dir`` (ansible's jsonfile
+    fact cache: one JSON file per host)."""
+    out: dict[str, NodePlatform] = {}
+    for host in hosts:
+        try:
+            data = json.loads((facts_dir / host).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        found = platform_from_facts(data) if isinstance(data, dict) else None
+        if found is not None:
+            out[host] = found
+    return out
+
+
+def download_command(dest: Path, requirements: Sequence[str],
+                     node: NodePlatform | None = None) -> list[str]:
+    """The pip command filling ``dest``: wheels only (nodes install with --no-index and may
+    have no compiler), for ``node``'s platform when given, else the controller's."""
+    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
+           "--no-input", "--only-binary=:all:", "--dest", str(dest)]
+    if node is not None:
+        for tag in node.platform_tags:
+            cmd += ["--platform", tag]
+        cmd += ["--python-version", node.python, "--implementation", "cp",
+                "--abi", f"cp{node.python.replace('.', '')}"]
+    return [*cmd, *requirements]
+
+
+def hashed_requirements(dest: Path) -> str:
+    """requirements.txt for ``--require-hashes``: every wheel in ``dest`` pinned by version with
+    its sha256 (pip needs every package of the install, dependencies too, pinned and hashed)."""
+    lines = ["# Generated by gpu-cluster-provisioner from the wheels in this directory; install",
+             "# with pip --no-index --find-links <this URL> --require-hashes -r <this file>"]
+    # wheelhouse.json already holds the hashes (a torch wheel is GBs: hash it once).
+    known = {entry.get("name"): entry.get("sha256")
+             for entry in _read_manifest(dest / MANIFEST_NAME).get("files", [])
+             if isinstance(entry, dict)}
+    by_name: dict[str, list[str]] = {}
+    versions: dict[str, str] = {}
+    for wheel in sorted(dest.glob("*.whl")):
+        try:
+            name, version, _build, _tags = parse_wheel_filename(wheel.name)
+        except InvalidWheelFilename:
+            continue
+        digest = known.get(wheel.name)
+        by_name.setdefault(name, []).append(digest if isinstance(digest, str)
+                                            else sha256_file(wheel))
+        versions.setdefault(name, str(version))
+    for project in sorted(by_name):
+        hashes = " ".join(f"--hash=sha256:{digest}" for digest in sorted(set(by_name[project])))
+        lines.append(f"{project}=={versions[project]} {hashes}")
+    return "\n".join(lines) + "\n"
+
+
+_SAFE_KEY = re.compile(r"^cp\d+-[a-z0-9_]+$")
 
 
 def _parse_requirements(requirements: Sequence[str]) -> list[Requirement]:
@@ -86,10 +194,9 @@ def _write_manifest(dest: Path, requirements: Sequence[str]) -> None:
     tmp.replace(manifest_path)
 
 
-def _pip_download(dest: Path, requirements: Sequence[str], timeout_s: float) -> None:
-    # Wheels only: nodes install with --no-index and may have no compiler.
-    cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
-           "--no-input", "--only-binary=:all:", "--dest", str(dest), *requirements]
+def _pip_download(dest: Path, requirements: Sequence[str], timeout_s: float,
+                  node: NodePlatform | None = None) -> None:
+    cmd = download_command(dest, requirements, node)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               check=False)
@@ -108,13 +215,26 @@ def _pip_download(dest: Path, requirements: Sequence[str], timeout_s: float) -> 
 
 
 def ensure_wheelhouse(dest: Path, requirements: Sequence[str] = DEFAULT_REQUIREMENTS,
-                      *, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Path:
-    """Make ``dest`` hold a wheel for each requirement (and their dependencies); return it.
+                      *, timeout_s: float = DOWNLOAD_TIMEOUT_S,
+                      platforms: Iterable[NodePlatform] = ()) -> Path:
+    """Make ``dest/<platform key>/`` hold a wheel for each requirement (and their
+    dependencies) and a hashed ``requirements.txt``, for every platform in ``platforms`` (the
+    controller's when none is given); return ``dest``.
 
-    pip runs only for requirements without a matching wheel in ``dest``, so a warm wheelhouse
-    costs a directory listing. ``wheelhouse.json`` is (re)written to match the directory.
+    pip runs only for requirements without a matching wheel, so a warm wheelhouse costs a
+    directory listing. ``wheelhouse.json`` is (re)written to match each directory.
     """
     dest = Path(dest)
+    for node in sorted(set(platforms)) or [controller_platform()]:
+        if not _SAFE_KEY.match(node.key):
+            raise EnvironmentProblem(f"node platform {node} gives no usable wheelhouse name")
+        _ensure_one(dest / node.key, requirements, timeout_s,
+                    None if node == controller_platform() else node)
+    return dest
+
+
+def _ensure_one(dest: Path, requirements: Sequence[str], timeout_s: float,
+                node: NodePlatform | None) -> None:
     parsed = _parse_requirements(requirements)
     try:
         dest.mkdir(parents=True, exist_ok=True)
@@ -122,11 +242,14 @@ def ensure_wheelhouse(dest: Path, requirements: Sequence[str] = DEFAULT_REQUIREM
         raise EnvironmentProblem(f"cannot create wheelhouse {dest}: {exc.strerror}") from None
     missing = [str(req) for req in parsed if not _has_wheel(dest, req)]
     if missing:
-        _pip_download(dest, missing, timeout_s)
+        _pip_download(dest, missing, timeout_s, node)
         still_missing = [str(req) for req in parsed if not _has_wheel(dest, req)]
         if still_missing:
             raise EnvironmentProblem(
                 f"pip download finished but {dest} has no wheel for {', '.join(still_missing)}; "
                 "the index offers no wheel for this Python/platform")
     _write_manifest(dest, requirements)
-    return dest
+    text = hashed_requirements(dest)
+    target = dest / REQUIREMENTS_NAME
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-CAPTURES = ROOT.parent / "shared" / "captures"
+# GPUC_CAPTURES points elsewhere (a git worktree does not sit beside ../shared).
+CAPTURES = Path(os.environ.get("GPUC_CAPTURES") or ROOT.parent / "shared" / "captures")
 
 
 @pytest.fixture

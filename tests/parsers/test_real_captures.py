@@ -21,8 +21,7 @@ from gpucluster.xid import classify, parse_xid
 
 from provisioner.errors import InputError
 from provisioner.inspect import inspect_file
-
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "captures"
+from tests.conftest import CAPTURES  # ../shared/captures, or GPUC_CAPTURES
 
 # capture directory -> the format provisioner.inspect must detect
 SUPPORTED = {

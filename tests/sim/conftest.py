@@ -46,3 +46,16 @@ def run_tool(script: Path, root: Path, *args: str) -> subprocess.CompletedProces
 def write_faults(root: Path, *faults: str) -> None:
     (root / "etc/gpu-sim").mkdir(parents=True, exist_ok=True)
     (root / "etc/gpu-sim/faults").write_text("".join(f"{fault}\n" for fault in faults))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line: how many simulator-vs-capture checks were skipped (captures absent)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if "test_sim_vs_captures" in getattr(r, "nodeid", "")]
+    ran = [r for key in ("passed", "failed") for r in terminalreporter.stats.get(key, [])
+           if "test_sim_vs_captures" in getattr(r, "nodeid", "") and r.when == "call"]
+    if skipped or ran:
+        terminalreporter.write_line(
+            f"simulator vs real captures: {len(ran)} compared, {len(skipped)} skipped "
+            "(captures absent)" if skipped else
+            f"simulator vs real captures: {len(ran)} compared, 0 skipped")

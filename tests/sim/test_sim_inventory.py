@@ -25,7 +25,7 @@ def test_sim_inventory_names_the_mirror_directory_for_the_wheelhouse(
     plan = build(cluster.inventory_dir / "hosts.yml")
     assert plan.simulated
     filled: list[Path] = []
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest: filled.append(dest) or dest)
+    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
     with smokerun.wheelhouse_url(plan, tmp_path / "unused") as url:
         assert url == "http://gpuc-sim-mirror:8080/wheels/"
     assert filled == [mirror_dir() / "wheels"]

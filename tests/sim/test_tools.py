@@ -47,7 +47,10 @@ def test_nvcc_reports_the_installed_release(tmp_path: Path, bundled: Bundled) ->
     node(tmp_path)
     assert ok(run_tool(nvcc, tmp_path, "--version")) == (
         "nvcc: NVIDIA (R) Cuda compiler driver (SIMULATED)\n"
-        "Cuda compilation tools, release 12.4, V12.4.1\n")
+        "Copyright (c) 2005-2024 NVIDIA Corporation\n"
+        "Built on Mon_Jan_01_00:00:00_UTC_2024\n"
+        "Cuda compilation tools, release 12.4, V12.4.1\n"
+        "Build cuda_12.4.r12.4/compiler.00000000_0\n")
     assert ok(run_tool(nvcc, tmp_path, "-V")) == ok(run_tool(nvcc, tmp_path, "--version"))
     compile_ = run_tool(nvcc, tmp_path, "-o", "x", "x.cu")
     assert compile_.returncode == 1

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from provisioner import wheelhouse
+from provisioner.busbw import GLOO_SKIP_REASON
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.smoke import SIMULATED_SKIP_REASON, judge, load_smoke_result
 from provisioner.wheelhouse import ensure_wheelhouse
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 
 def _row(size: int, busbw: float, correct: bool = True, n: int = 16) -> dict[str, Any]:
@@ -40,8 +42,8 @@ GOOD: dict[str, Any] = {
          "device_name": "NVIDIA H100 80GB HBM3", "cuda_device_count": 8}
         for r in range(16)
     ],
-    "allreduce": [_row(8 * 1024, 0.9), _row(64 * 1024, 5.0), _row(MIB, 60.0),
-                  _row(8 * MIB, 180.0), _row(32 * MIB, 175.0)],
+    "allreduce": [_row(32 * MIB, 120.0), _row(256 * MIB, 160.0), _row(GIB, 175.0),
+                  _row(8 * GIB, 180.0)],
     "ddp": {"steps": 20, "loss_first": 3.1, "loss_last": 0.4, "decreased": True,
             "params_identical": True, "param_checksums": ["abc"] * 16},
     "ok": True,
@@ -67,31 +69,85 @@ def test_good_report_passes_with_rows_per_size(tmp_path: Path) -> None:
     verdict = judge(result, floor_gbps=150.0, simulated=False)
     assert verdict.passed, verdict.failures
     assert verdict.failures == ()
-    assert [row.size for row in verdict.rows] == ["8 KiB", "64 KiB", "1 MiB", "8 MiB", "32 MiB"]
-    assert [row.counts_for_floor for row in verdict.rows] == [False, False, True, True, True]
+    assert [row.size for row in verdict.rows] == ["32 MiB", "256 MiB", "1 GiB", "8 GiB"]
+    # Only the largest size is compared with the floor, as the floors are measured.
+    assert [row.counts_for_floor for row in verdict.rows] == [False, False, False, True]
     assert verdict.floor.passed
     assert verdict.floor.skipped_reason is None
     assert verdict.floor.best_busbw_gbps == pytest.approx(180.0)
+    assert verdict.floor.size_bytes == 8 * GIB
     assert verdict.nodes == ("gpu-a", "gpu-b")
     assert verdict.world_size == 16
 
 
-def test_small_sizes_do_not_count_for_the_floor(tmp_path: Path) -> None:
-    # 500 GB/s at 64 KiB is ignored: only sizes >= 1 MiB measure bandwidth.
-    data = variant(allreduce=[_row(64 * 1024, 500.0), _row(MIB, 20.0), _row(8 * MIB, 30.0)])
+def test_sizes_below_one_gib_never_count_for_the_floor(tmp_path: Path) -> None:
+    # 500 GB/s at 64 KiB and 32 MiB is ignored: only sizes >= 1 GiB measure the links.
+    data = variant(allreduce=[_row(64 * 1024, 500.0), _row(32 * MIB, 500.0), _row(GIB, 30.0)])
     verdict = judge(load_smoke_result(write(tmp_path, data)), floor_gbps=100.0, simulated=False)
     assert not verdict.passed
     assert verdict.floor.best_busbw_gbps == pytest.approx(30.0)
+    assert "30.00 GB/s at 1 GiB" in verdict.failures[0]
+
+
+def test_only_small_sizes_cannot_pass_a_gpu_floor(tmp_path: Path) -> None:
+    data = variant(allreduce=[_row(MIB, 60.0), _row(32 * MIB, 400.0)])
+    verdict = judge(load_smoke_result(write(tmp_path, data)), floor_gbps=100.0, simulated=False)
+    assert not verdict.passed
+    assert "no all-reduce size >= 1 GiB was measured" in verdict.failures[0]
+
+
+# The public shape of a healthy 8x H100 SXM single-node all-reduce (NCCL's default algorithm):
+# about 235 GB/s at 32 MiB, rising to about 470 GB/s at 8 GiB.
+H100_SHAPE = [(32 * MIB, 235.0), (256 * MIB, 380.0), (GIB, 440.0), (2 * GIB, 455.0),
+              (4 * GIB, 465.0), (8 * GIB, 470.0)]
+
+
+def _intra_h100(shape: list[tuple[int, float]]) -> dict[str, Any]:
+    return variant(label="intra-node", world_size=8, nnodes=1, nodes={"gpu-a": list(range(8))},
+                   ranks=GOOD["ranks"][:8], allreduce=[_row(s, b, n=8) for s, b in shape])
+
+
+def test_public_h100_shape_passes_the_h100_floor(tmp_path: Path) -> None:
+    from provisioner.profiles import load_profiles
+
+    floor = load_profiles()["hgx-h100-8gpu"].busbw_floor_intra_gbps
+    assert floor == 460  # Azure's check on 8x H100 (see profiles.yml)
+    verdict = judge(load_smoke_result(write(tmp_path, _intra_h100(H100_SHAPE))), floor, False)
+    assert verdict.passed, verdict.failures
+    assert verdict.floor.best_busbw_gbps == pytest.approx(470.0)
+
+
+def test_public_h100_shape_with_8gib_at_300_fails(tmp_path: Path) -> None:
+    from provisioner.profiles import load_profiles
+
+    floor = load_profiles()["hgx-h100-8gpu"].busbw_floor_intra_gbps
+    shape = [*H100_SHAPE[:-1], (8 * GIB, 300.0)]
+    verdict = judge(load_smoke_result(write(tmp_path, _intra_h100(shape))), floor, False)
+    assert not verdict.passed
+    (failure,) = verdict.failures
+    assert "300.00 GB/s at 8 GiB" in failure and "below the floor 460 GB/s" in failure
+
+
+def test_gloo_judges_correctness_only(tmp_path: Path) -> None:
+    data = variant(backend="gloo", allreduce=[_row(64 * 1024, 0.1, n=2), _row(MIB, 0.2, n=2)])
+    verdict = judge(load_smoke_result(write(tmp_path, data)), floor_gbps=350.0, simulated=False)
+    assert verdict.passed, verdict.failures
+    assert verdict.floor.skipped_reason == GLOO_SKIP_REASON
+    rows = copy.deepcopy(data["allreduce"])
+    rows[0]["correct"] = False
+    bad = judge(load_smoke_result(write(tmp_path, variant(backend="gloo", allreduce=rows))),
+                350.0, False)
+    assert not bad.passed
 
 
 def test_wrong_allreduce_result_fails_even_when_simulated(tmp_path: Path) -> None:
     rows = copy.deepcopy(GOOD["allreduce"])
     rows[2]["correct"] = False
     data = variant(allreduce=rows, ok=False,
-                   errors=["all-reduce 1 MiB: wrong result on ranks [9]"])
+                   errors=["all-reduce 1 GiB: wrong result on ranks [9]"])
     verdict = judge(load_smoke_result(write(tmp_path, data)), floor_gbps=None, simulated=True)
     assert not verdict.passed
-    assert any("wrong results at sizes 1 MiB" in f for f in verdict.failures)
+    assert any("wrong results at sizes 1 GiB" in f for f in verdict.failures)
     assert any("ranks [9]" in f for f in verdict.failures)
 
 
@@ -110,13 +166,13 @@ def test_below_floor_names_the_nodes(tmp_path: Path) -> None:
     assert verdict.floor.floor_gbps == 350.0
     (failure,) = verdict.failures
     assert "below the floor 350 GB/s" in failure
-    assert "180.00 GB/s" in failure
+    assert "180.00 GB/s at 8 GiB" in failure
     assert "gpu-a, gpu-b" in failure
     assert "[inter-node]" in failure
 
 
 def test_simulated_cluster_skips_floor_but_reports_numbers(tmp_path: Path) -> None:
-    data = variant(backend="gloo", allreduce=[_row(MIB, 0.3, n=2), _row(8 * MIB, 1.1, n=2)])
+    data = variant(backend="gloo", allreduce=[_row(MIB, 0.3, n=2), _row(GIB, 1.1, n=2)])
     verdict = judge(load_smoke_result(write(tmp_path, data)), floor_gbps=350.0, simulated=True)
     assert verdict.passed, verdict.failures
     assert verdict.floor.skipped_reason == SIMULATED_SKIP_REASON
@@ -223,8 +279,9 @@ def pip_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
 def test_wheelhouse_downloads_once_and_writes_manifest(
         tmp_path: Path, offline_index: Path, pip_calls: list[list[str]]) -> None:
-    dest = tmp_path / "wheelhouse"
-    assert ensure_wheelhouse(dest, ["gpuc-tiny==1.0"]) == dest
+    house = tmp_path / "wheelhouse"
+    assert ensure_wheelhouse(house, ["gpuc-tiny==1.0"]) == house
+    dest = house / wheelhouse.controller_platform().key  # one directory per node platform
     assert len(pip_calls) == 1
     assert pip_calls[0][:4] == [sys.executable, "-m", "pip", "download"]
     wheel = dest / "gpuc_tiny-1.0-py3-none-any.whl"
@@ -235,9 +292,11 @@ def test_wheelhouse_downloads_once_and_writes_manifest(
         "name": wheel.name, "size": wheel.stat().st_size,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]
 
+    sha = manifest["files"][0]["sha256"]
+    assert f"gpuc-tiny==1.0 --hash=sha256:{sha}" in (dest / "requirements.txt").read_text()
     before = (dest / "wheelhouse.json").stat().st_mtime_ns
-    ensure_wheelhouse(dest, ["gpuc-tiny==1.0"])
-    ensure_wheelhouse(dest, ["gpuc_tiny>=0.5"])  # other spelling, still satisfied
+    ensure_wheelhouse(house, ["gpuc-tiny==1.0"])
+    ensure_wheelhouse(house, ["gpuc_tiny>=0.5"])  # other spelling, still satisfied
     assert len(pip_calls) == 1
     assert json.loads((dest / "wheelhouse.json").read_text())["files"] == manifest["files"]
     assert (dest / "wheelhouse.json").stat().st_mtime_ns != before  # requirements changed
@@ -249,7 +308,7 @@ def test_wheelhouse_unsatisfiable_requirement_is_one_line_error(
         ensure_wheelhouse(tmp_path / "wh", ["gpuc-tiny>=2"])
     assert "\n" not in str(info.value)
     assert len(pip_calls) == 1
-    assert not (tmp_path / "wh" / "wheelhouse.json").exists()
+    assert not list((tmp_path / "wh").rglob("wheelhouse.json"))
 
 
 def test_wheelhouse_pip_success_without_wheel_is_error(

@@ -183,7 +183,7 @@ SMOKE = {"schema": 1, "label": "inter-node", "backend": "nccl", "world_size": 16
          "nodes": {"gpu-a": list(range(8)), "gpu-b": list(range(8, 16))},
          "ranks": [{"rank": 0, "local_rank": 0, "hostname": "gpu-a", "device": "cuda:0",
                     "cuda_device_count": 8}],
-         "allreduce": [{"bytes": 1 << 20, "time_us": 50.0, "algbw_gbps": 20.0,
+         "allreduce": [{"bytes": 1 << 30, "time_us": 50.0, "algbw_gbps": 20.0,
                         "busbw_gbps": 37.5, "correct": True}],
          "ddp": {"loss_first": 1.0, "loss_last": 0.1, "decreased": True,
                  "params_identical": True}, "ok": True, "errors": []}
@@ -238,16 +238,17 @@ def test_nccl_tests_output_is_parsed_and_judged(cluster_plan: plan_mod.ClusterPl
               "          (us)  (GB/s)  (GB/s)       \n")
     rows = ("  1073741824     268435456     float     sum      -1   4500.0  238.61  417.57      0"
             "   4490.0  239.14  418.49      0\n"
-            "  2147483648     536870912     float     sum      -1   8900.0  241.29  422.26      0"
-            "   8890.0  241.56  422.73      0\n")
+            "  8589934592    2147483648     float     sum      -1  31900.0  269.28  471.24      0"
+            "  31890.0  269.36  471.38      0\n")
     report = Report("r4", "smoke", "inv", simulated=False, started_at="now")
     reports = {"gpu-a": {"smoke_job": {"passes": {"nccl_tests": {"rc": 0,
                                                                   "output": header + rows}}}}}
     assert fold_results(cluster_plan, report, tmp_path, reports, []) is True
     [run] = report.smoke["runs"]  # type: ignore[index]
     assert run["label"] == "nccl-tests gpu-a" and len(run["allreduce"]) == 2
-    assert run["verdict"]["best_busbw_gbps"] == 422.26
-    slow = header + rows.replace("417.57", "117.57").replace("422.26", "122.26")
+    # The floor is judged at the largest size: the mean of out-of-place and in-place busbw.
+    assert run["verdict"]["best_busbw_gbps"] == pytest.approx((471.24 + 471.38) / 2)
+    slow = header + rows.replace("471.24", "300.24").replace("471.38", "300.38")
     reports["gpu-a"]["smoke_job"]["passes"]["nccl_tests"]["output"] = slow
     report = Report("r5", "smoke", "inv", simulated=False, started_at="now")
     assert fold_results(cluster_plan, report, tmp_path, reports, []) is False

@@ -78,7 +78,7 @@ def _plan(tmp_path: Path, extra: dict[str, Any]) -> Any:
 def test_wheelhouse_goes_into_a_mirror_directory_on_the_controller(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     filled: list[Path] = []
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest: filled.append(dest) or dest)
+    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
     plan = _plan(tmp_path, {"gpu_package_source_dir": str(tmp_path / "mirror")})
     with smokerun.wheelhouse_url(plan, tmp_path / "cache") as url:
         assert url == "http://mirror:8080/wheels/"
@@ -89,18 +89,23 @@ def test_wheelhouse_served_by_the_controller_without_a_mirror_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     filled: list[Path] = []
 
-    def fill(dest: Path) -> Path:
+    def fill(dest: Path, **_: object) -> Path:
         dest.mkdir(parents=True)
         (dest / "marker.txt").write_text("served\n")
         filled.append(dest)
         return dest
 
     monkeypatch.setattr(smokerun, "ensure_wheelhouse", fill)
+    towards: list[str] = []
+    monkeypatch.setattr(smokerun, "_local_address_towards",
+                        lambda host: towards.append(host) or "127.0.0.1")
     plan = _plan(tmp_path, {})
     with smokerun.wheelhouse_url(plan, tmp_path / "cache") as url:
         import urllib.request
 
-        port = url.rsplit(":", 1)[1].rstrip("/")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/marker.txt", timeout=10) as r:
+        # Served on the address the nodes route to (here loopback), not on every interface.
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(f"{url}marker.txt", timeout=10) as r:
             assert r.read() == b"served\n"
+    assert towards == ["gpu-01"]
     assert filled == [tmp_path / "cache" / "wheelhouse"]

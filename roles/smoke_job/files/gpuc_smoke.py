@@ -38,7 +38,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 SCHEMA = 1
 FLOAT32_BYTES = 4
-DEFAULT_SIZES = "8K,64K,1M,8M,32M"
+# The busbw floors are defined at large messages (>= 1 GiB, provisioner/busbw.py holds the same
+# values): on GPUs the job runs up to 8 GiB, dropping sizes the GPU has no memory for; on CPU
+# (gloo) small sizes, since only correctness is judged there.
+GPU_SIZES = "32M,256M,1G,2G,4G,8G"
+CPU_SIZES = "8K,64K,1M,8M,32M"
+FLOOR_MIN_BYTES = 1 << 30
+# A size needs the check tensor, the timing tensor and NCCL's own buffers: keep 3x free.
+MEMORY_FACTOR = 3
 # Test hooks: make one rank misbehave so the tests can prove the job does not hang.
 # "exit" (leave quietly), "hang" (stop responding) or "corrupt" (wrong data, as from a bad link)
 FAULT_ENV = "GPUC_SMOKE_TEST_FAULT"
@@ -79,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="auto: nccl when CUDA is available, else gloo")
     parser.add_argument("--expect-gpus-per-node", type=int, default=0,
                         help="GPUs every node must see; 0 for CPU nodes")
-    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(DEFAULT_SIZES),
-                        help=f"all-reduce sizes in bytes of float32 (default {DEFAULT_SIZES})")
+    parser.add_argument("--sizes", type=parse_sizes, default=None,
+                        help=f"all-reduce sizes in bytes of float32 (default: {GPU_SIZES} with "
+                             f"nccl, {CPU_SIZES} with gloo)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations per size")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
     parser.add_argument("--ddp-steps", type=int, default=20, help="DDP training steps")
@@ -136,6 +144,8 @@ class Smoke:
         if self.backend == "auto":
             self.backend = "nccl" if torch.cuda.is_available() else "gloo"
         self.device = torch.device("cpu")
+        self.sizes: list[int] = list(args.sizes or parse_sizes(
+            GPU_SIZES if self.backend == "nccl" else CPU_SIZES))
         self.errors: list[str] = []
         self.report: dict[str, Any] = {
             "schema": SCHEMA,
@@ -146,6 +156,7 @@ class Smoke:
             "nodes": {},
             "ranks": [],
             "allreduce": [],
+            "sizes_dropped": [],
             "ddp": None,
             "ok": False,
             "errors": self.errors,
@@ -251,9 +262,29 @@ class Smoke:
         return True
 
     # -- 2. all-reduce -------------------------------------------------------------------
+    def fit_sizes(self) -> None:
+        """Drop sizes this rank's GPU cannot hold (the smallest free memory of all ranks
+        decides, so every rank runs the same sizes); on GPUs at least one size >= 1 GiB must
+        remain, or the floor could not be judged."""
+        if self.device.type != "cuda":
+            return
+        free = torch.tensor([torch.cuda.mem_get_info(self.device)[0]], dtype=torch.int64,
+                            device=self.device)
+        self._collective("agreeing on the sizes", dist.all_reduce, free, op=dist.ReduceOp.MIN)
+        limit = int(free.item()) // MEMORY_FACTOR
+        dropped = [size for size in self.sizes if size > limit]
+        self.sizes = [size for size in self.sizes if size <= limit]
+        self.report["sizes_dropped"] = dropped
+        if not any(size >= FLOOR_MIN_BYTES for size in self.sizes):
+            self.errors.append(
+                f"no all-reduce size >= {human_size(FLOOR_MIN_BYTES)} fits in the GPUs' free "
+                f"memory ({int(free.item()) >> 20} MiB free on the fullest GPU; each size needs "
+                f"{MEMORY_FACTOR}x): the busbw floors are defined at large sizes; free the GPUs "
+                "or pass --sizes with a size of at least 1G")
+
     def allreduce(self) -> None:
         n = self.world_size
-        for size in self.args.sizes:
+        for size in self.sizes:
             label = human_size(size)
             count = size // FLOAT32_BYTES
             # Correctness: rank r contributes r+1, so every element must be n(n+1)/2.
@@ -405,6 +436,7 @@ class Smoke:
         try:
             if self.inventory():
                 self._maybe_inject_fault()
+                self.fit_sizes()
                 self.allreduce()
                 self.ddp()
         except CommFailure as exc:
