@@ -40,7 +40,7 @@ PLAN_MARKER = "provisioner_plan_applied"
 EXPECTED_FIELDS: tuple[str, ...] = (
     "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
     "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
-    "ib_hcas", "ib_rate_gbps",
+    "ib_hcas", "ib_rate_gbps", "ib_write_bw_floor_gbps",
 )
 
 
