@@ -126,9 +126,18 @@ def test_an_unknown_playbook_name_is_refused(installed: Path, tmp_path: Path) ->
 
 def test_no_playbook_or_role_reaches_outside_the_collection() -> None:
     """An installed collection has no ../provisioner next to it: content that climbs out of
-    playbooks/ or a role finds nothing there."""
-    climbing = re.compile(r"(playbook_dir|role_path)\s*}}\s*/\.\.")
-    offenders = [f for f in sorted(collection_files(worktree_files()))
-                 if f.endswith((".yml", ".yaml", ".j2"))
-                 and climbing.search((ROOT / f).read_text(errors="replace"))]
+    playbooks/ or a role must land on a directory the collection ships (roles/X/../../plugins
+    is the collection's own plugins/)."""
+    climbing = re.compile(r"(playbook_dir|role_path)\s*}}\s*/((?:\.\./)+)([\w.-]+)")
+    shipped = {f.split("/")[0] for f in collection_files(worktree_files())}
+    offenders = []
+    for f in sorted(collection_files(worktree_files())):
+        if not f.endswith((".yml", ".yaml", ".j2")):
+            continue
+        for m in climbing.finditer((ROOT / f).read_text(errors="replace")):
+            # playbooks/ sits one level below the root, roles/<name>/ two.
+            ups = m.group(2).count("../")
+            depth = 1 if m.group(1) == "playbook_dir" else 2
+            if ups != depth or m.group(3) not in shipped:
+                offenders.append(f"{f}: {m.group(0)}")
     assert offenders == []
