@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from provisioner.results import ProgressEvent
+from provisioner.untrusted import printable
 
 MAX_ROWS = 30
 
@@ -50,6 +51,10 @@ class ProgressDisplay:
             self.live.__exit__(exc_type, exc, tb)
 
     def __call__(self, ev: ProgressEvent) -> None:
+        # Host names and task names come from the inventory and the playbooks' templating of
+        # node data: no terminal control sequence reaches the console.
+        ev = ProgressEvent(ev.kind, None if ev.host is None else printable(ev.host),
+                           None if ev.task is None else printable(ev.task))
         if ev.kind == "play":
             if self.live is None:
                 self.console.print(escape(f"  play: {ev.task}"))
