@@ -8,6 +8,7 @@ and unreachable ones stay in the artifacts for debugging).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -60,6 +61,68 @@ def request_cancel(signum: int) -> bool:
     handler must then return), False when nothing runs (the handler raises Interrupted)."""
     _Cancel.signum = signum
     return _Cancel.running
+
+
+GRACE_S = 5.0
+
+
+def _cancel_requested() -> bool:
+    """ansible-runner's cancel callback. ansible-runner would SIGKILL ansible-playbook's
+    process group only, but ansible's workers call setsid(): they and the task processes they
+    started would live on. So the whole process tree is stopped here first: SIGTERM to
+    ansible-playbook (it tells its workers, which kill their own sessions), then SIGKILL to
+    whatever of the tree is left after a grace period."""
+    if _Cancel.signum is None:
+        return False
+    tree = _descendants(os.getpid())
+    for pid in _children_map().get(os.getpid(), []):  # ansible-playbook itself
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        time.sleep(0.1)
+    for pid in [*tree, *_descendants(os.getpid())]:
+        _signal(pid, signal.SIGKILL)
+    return True
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, parents before children (Linux /proc; none elsewhere)."""
+    children = _children_map()
+    out: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signum)
 
 
 def raise_if_cancelled() -> None:
@@ -219,7 +282,7 @@ def run_playbook(
             quiet=True,
             envvars={**env, **_passthrough_env()},
             event_handler=sink,
-            cancel_callback=lambda: _Cancel.signum is not None,
+            cancel_callback=_cancel_requested,
             cmdline=cmdline,
             # No env/ dump of the variables and environment in the private data dir.
             suppress_env_files=True,
