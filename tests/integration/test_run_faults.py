@@ -375,3 +375,70 @@ def test_host_key_checking_off_in_the_inventory_is_allowed_and_reported(tmp_path
     assert doc["notes"][0].startswith("SSH host key checking is OFF for 2 host(s) (gpu-01, "
                                       "gpu-02)")
     assert "warning: SSH host key checking is OFF" in out.stderr
+
+
+# bad input: one line each ---------------------------------------------------------------------
+
+
+def real_inventory(tmp_path: Path, **gpu_vars: Any) -> Path:
+    path = tmp_path / "real.yml"
+    path.write_text(yaml.safe_dump({"all": {
+        "vars": {"ansible_connection": "local"},
+        "children": {"gpu_nodes": {"hosts": {
+            "gpu-01": {"gpu_profile": "hgx-h100-8gpu", **gpu_vars},
+            "gpu-02": {"gpu_profile": "hgx-h100-8gpu"}}}}}}))
+    return path
+
+
+def test_eof_at_the_confirmation_prompt_is_one_line_exit_2(tmp_path: Path) -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    env = env_for(tmp_path, project(tmp_path, {}))
+    proc = subprocess.Popen([BIN, "up", "-i", str(real_inventory(tmp_path))], stdin=slave,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    os.close(slave)
+    time.sleep(0.5)
+    os.write(master, b"\x04")  # Ctrl-D: end of input on the terminal
+    _out, err = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines[-1].endswith("error: aborted: no answer (end of input at the confirmation "
+                              "prompt); nothing was changed")
+    assert "Traceback" not in err and "internal error" not in err
+    assert not list((tmp_path / "runs").glob("*/report.json"))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-3600"])
+def test_timeout_zero_or_negative_is_one_line_exit_2(tmp_path: Path, value: str) -> None:
+    out = run(["up", "-i", "x.yml", "--timeout", value], dict(os.environ))
+    assert out.returncode == 2
+    assert f"'{value}' is not a number of seconds above 0" in one_error_line(out)
+
+
+def test_one_simulated_host_in_a_real_inventory_is_refused(tmp_path: Path) -> None:
+    """It must not switch off the confirmation prompt for the whole run."""
+    (tmp_path / "p").mkdir()
+    env = env_for(tmp_path, project(tmp_path, {}))
+    for inv in (real_inventory(tmp_path, provisioner_simulated=True),
+                real_inventory(tmp_path / "p", gpu_profile="sim-h100-8gpu")):
+        out = run(["up", "-i", str(inv), "--yes"], env)
+        assert out.returncode == 2 and out.stdout == ""
+        line = one_error_line(out)
+        assert "gpu-01" in line and ("not on gpu-02" in line or "simulated profile" in line)
+        assert not list((tmp_path / "runs").glob("*/report.json"))
+
+
+@pytest.mark.parametrize("value", ["12.4; rm -rf /", "12.4$(id)", "12.4`id`", "12.4\nexport X=1",
+                                   "12.4 && true", "'12.4'"])
+def test_cuda_version_with_shell_metacharacters_is_refused_at_plan_time(
+        tmp_path: Path, value: str) -> None:
+    inv = real_inventory(tmp_path, cuda_version=value)
+    env = env_for(tmp_path, project(tmp_path, {}))
+    for command in (["plan", "-i", str(inv)], ["up", "-i", str(inv), "--yes"]):
+        out = run(command, env)
+        assert out.returncode == 2, out.stdout
+        line = one_error_line(out)
+        assert "cuda_version" in line and "gpu-01" in line
+    assert not (tmp_path / "runs").exists()
