@@ -146,11 +146,14 @@ def _nccl_tests_run(host: str, result: Mapping[str, Any], profile: Any) -> dict[
     floor = profile.busbw_floor_intra_gbps if profile is not None else None
     big = [r["busbw_gbps"] for r in rows if r["bytes"] >= 1 << 30]
     best = max(big) if big else None
-    passed = result.get("rc") == 0 and bool(rows) and (
+    wrong = [r["bytes"] for r in rows if not r["correct"]]
+    passed = result.get("rc") == 0 and bool(rows) and not wrong and (
         floor is None or (best is not None and best >= floor))
     summary = (f"nccl-tests all_reduce_perf: best busbw {best} GB/s at >= 1 GiB vs floor "
                f"{floor} GB/s" if best is not None else
                f"nccl-tests all_reduce_perf exit {result.get('rc')}, no size >= 1 GiB measured")
+    if wrong:
+        summary += f"; wrong results at {len(wrong)} size(s) (first: {wrong[0]} bytes)"
     return {"label": f"nccl-tests {host}", "host": host, "backend": "nccl",
             "world_size": len(parsed.get("ranks") or []), "nnodes": 1, "allreduce": rows,
             "verdict": {"passed": passed, "summary": ("PASS: " if passed else "FAIL: ") + summary,

@@ -219,3 +219,12 @@ def test_binary_inventory_is_one_line(tmp_path: Path) -> None:
     path.write_bytes(b"all:\n  \xff\xfe\x00\n")
     with pytest.raises(InputError, match="not UTF-8 text"):
         inventory.load(path)
+
+
+def test_simulated_needs_every_host_even_when_built_directly() -> None:
+    """``any`` would make one stray host simulate the whole run (no prompt, no floors)."""
+    sim = inventory.HostEntry("a", ("gpu_nodes",), {"provisioner_simulated": True})
+    real = inventory.HostEntry("b", ("gpu_nodes",), {})
+    assert inventory.Inventory(Path("x"), {"a": sim, "b": real}).simulated is False
+    assert inventory.Inventory(Path("x"), {"a": sim}).simulated is True
+    assert inventory.Inventory(Path("x"), {}).simulated is False
