@@ -8,7 +8,7 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean
+.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean mutation
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
@@ -52,6 +52,13 @@ molecule: deps
 	env_lines="$$($(PY) -m provisioner.sim.molecule_prep)" && export $$env_lines && \
 	  $(BIN)/molecule test --all; status=$$?; \
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
+
+# Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
+# `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill
+# rate and lists the survivors (`mutmut show NAME` shows one).
+MUTANTS ?=
+mutation: deps
+	$(BIN)/mutmut run $(MUTANTS); status=$$?; $(BIN)/mutmut results; exit $$status
 
 bench: deps
 	$(BIN)/python bench/run.py
