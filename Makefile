@@ -8,7 +8,7 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean
+.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean mutation
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
@@ -58,6 +58,14 @@ molecule: deps
 
 # Writes bench/results/<timestamp>.json and prints the table; BENCH_ARGS=--controller-only
 # needs no cluster, BENCH_ARGS=--nodes=1,3,8,24 adds the 24-node rerun.
+
+# Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
+# `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill
+# rate and lists the survivors (`mutmut show NAME` shows one).
+MUTANTS ?=
+mutation: deps
+	$(BIN)/mutmut run $(MUTANTS); status=$$?; $(BIN)/mutmut results; exit $$status
+
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 

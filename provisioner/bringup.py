@@ -11,9 +11,17 @@ from typing import Any
 
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
-from provisioner.report import Report, new_run_id, runs_dir
+from provisioner.report import (
+    Report,
+    make_private,
+    new_run_id,
+    private_dir,
+    redact_tree,
+    runs_dir,
+)
 from provisioner.results import ProgressCallback
-from provisioner.runner import run_playbook
+from provisioner.runner import host_key_checking_off, raise_if_cancelled, run_playbook
+from provisioner.untrusted import secrets_in
 
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
 UP_PHASES: tuple[tuple[str, str], ...] = (
@@ -40,11 +48,18 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
     from datetime import UTC, datetime
 
     run_id = new_run_id()
-    run_dir = runs_dir() / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = private_dir(private_dir(runs_dir()) / run_id)
     report = Report(run_id=run_id, command=command, inventory=str(plan.inventory.source),
                     simulated=plan.simulated,
                     started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    inv_hosts = plan.inventory.hosts.values()
+    report._secrets = secrets_in([e.vars for e in inv_hosts] + [e.connection for e in inv_hosts])
+    report.host_key_checking_off = host_key_checking_off(
+        {e.name: e.connection for e in inv_hosts})
+    if report.host_key_checking_off:
+        report.notes.append(f"SSH host key checking is OFF for {len(report.host_key_checking_off)}"
+                            f" host(s) ({', '.join(report.host_key_checking_off[:5])}): the "
+                            "inventory turns it off")
     for name, host in plan.hosts.items():
         report.hosts[name] = {
             "kind": host.kind,
@@ -59,6 +74,7 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                display: DisplayFactory) -> bool:
     """Run phases in order; stop at the first that fails. True when all passed."""
     plan_inventory = plan.write_inventory(run_dir / "plan.yml")
+    plan_inventory.chmod(0o600)
     inventories = [plan.inventory.source, plan_inventory]
     extravars: dict[str, Any] = {"nvidia_driver_reboot_ok": options.reboot_ok}
     for index, (name, playbook) in enumerate(phases):
@@ -72,6 +88,8 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                                   timeout=options.timeout_s, check_mode=options.check_mode,
                                   on_progress=progress)
         phase = report.add_phase(name, result)
+        secure_run_dir(run_dir, report)
+        raise_if_cancelled()
         if name == "stack" and not options.check_mode:
             # Judged even when the phase failed: a role publishes what it measured before it
             # fails the host on a mismatch, and the report must show that check as failed.
@@ -94,6 +112,17 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
                               limit=options.limit, timeout=options.timeout_s,
                               on_progress=progress)
     phase = report.add_phase("smoke", result)
+    secure_run_dir(run_dir, report)
+    raise_if_cancelled()
     unreachable = sorted(h for h, s in result.stats.items() if s.unreachable)
     judged = fold_results(plan, report, run_dir, result.reports, unreachable)
     return phase.ok and judged
+
+
+def secure_run_dir(run_dir: Path, report: Report) -> None:
+    """After each phase: what ansible-runner wrote is made private (0700/0600) and the
+    inventory's secrets are masked in it (task output may quote a credentialed URL)."""
+    ansible_dir = run_dir / "ansible"
+    if ansible_dir.is_dir():
+        make_private(ansible_dir)
+    redact_tree(run_dir, report._secrets)

@@ -4,12 +4,17 @@
 Where lines go: results on stdout; progress and banners on stdout too, on stderr under
 ``--json`` (stdout then carries one JSON document and nothing else), nowhere under ``-q``;
 errors always on stderr, one line.
+
+Exit codes: 0 passed, 1 failed, 2 bad input (nothing touched); a run stopped by a signal exits
+128 + the signal's number (SIGINT 130, SIGTERM 143, SIGHUP 129) after saving its report and
+killing ansible-playbook's process group.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -262,18 +267,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         return _dispatch(args)
     except ProvisionerError as exc:
-        errconsole.print(f"[bold red]error:[/bold red] {escape(str(exc))}", soft_wrap=True)
+        errconsole.print(f"[bold red]error:[/bold red] {escape(_one_line(str(exc)))}",
+                         soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        errconsole.print("error: interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        saved = getattr(exc, "report_path", None)
+        where = f"; report saved: {saved}" if saved else ""
+        errconsole.print(escape(f"error: interrupted by {signal.Signals(signum).name}{where}"),
+                         soft_wrap=True)
+        return 128 + signum
     except Exception as exc:  # a bug of ours: say so in one line, details on request
         if os.environ.get("PROVISIONER_DEBUG"):
             raise
-        what = escape(f"{type(exc).__name__}: {exc}")
+        what = escape(_one_line(f"{type(exc).__name__}: {exc}"))
         errconsole.print(f"[bold red]internal error:[/bold red] {what} "
                          "(rerun with PROVISIONER_DEBUG=1 for the traceback)", soft_wrap=True)
         return EXIT_FAILED
+
+
+def _one_line(text: str) -> str:
+    """An error line: no terminal control sequences (it may quote a host's text), no
+    credentials, one line."""
+    from provisioner.untrusted import printable, redact
+
+    return " ".join(redact(printable(text)).split())
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -311,10 +329,9 @@ def _chatter(args: argparse.Namespace) -> Console:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from provisioner import plan as plan_mod
     from provisioner import render
 
-    cp = plan_mod.build(args.inventory)
+    cp = _build(args.inventory)
     written = _write_plan(cp, Path(args.output)) if args.output is not None else None
     tag = " (SIMULATED)" if cp.simulated else ""
     verdict = (f"inventory OK{tag}: {len(cp.hosts)} host(s), "
@@ -397,7 +414,9 @@ def _display_factory(args: argparse.Namespace) -> Callable[
             def each_task(event: ProgressEvent) -> None:
                 disp(event)
                 if event.kind == "task":
-                    out.print(escape(f"  task: {event.task}"))
+                    from provisioner.untrusted import printable
+
+                    out.print(escape(printable(f"  task: {event.task}")))
 
             yield each_task
 
@@ -406,15 +425,18 @@ def _display_factory(args: argparse.Namespace) -> Callable[
 
 def _up(args: argparse.Namespace) -> int:
     from provisioner import bringup
-    from provisioner import plan as plan_mod
 
-    cp = plan_mod.build(args.inventory)
+    cp = _build(args.inventory)
     if not cp.simulated and not args.yes:
         if not sys.stdin.isatty():
             raise InputError("up changes real hosts: pass --yes to run non-interactively")
         # The question goes to stderr: stdout is for results (and for --json, only JSON).
-        answer = errconsole.input(f"Provision {len(cp.hosts)} host(s) from {args.inventory}? "
-                                  "[y/N] ")
+        try:
+            answer = errconsole.input(escape(f"Provision {len(cp.hosts)} host(s) from "
+                                             f"{args.inventory}? [y/N] "))
+        except EOFError:
+            raise InputError("aborted: no answer (end of input at the confirmation prompt); "
+                             "nothing was changed") from None
         if answer.strip().lower() not in ("y", "yes"):
             raise InputError("aborted: nothing was changed")
     phases = bringup.UP_PHASES if args.skip_smoke or args.check else (
@@ -513,9 +535,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from provisioner import bringup
-    from provisioner import plan as plan_mod
 
-    return _run(args, plan_mod.build(args.inventory), "validate", bringup.VALIDATE_PHASES,
+    return _run(args, _build(args.inventory), "validate", bringup.VALIDATE_PHASES,
                 bringup.RunOptions(limit=args.limit))
 
 
@@ -541,31 +562,147 @@ def _health(args: argparse.Namespace) -> int:
 
 def _smoke(args: argparse.Namespace) -> int:
     from provisioner import bringup
+
+    return _run(args, _build(args.inventory), "smoke", (bringup.SMOKE_PHASE,),
+                bringup.RunOptions(limit=args.limit, timeout_s=args.timeout))
+
+
+def _build(inventory: str) -> ClusterPlan:
+    """The plan, refused when simulation is not a property of the whole run: a simulated
+    profile on a host of an inventory whose hosts are not all ``provisioner_simulated``."""
     from provisioner import plan as plan_mod
 
-    return _run(args, plan_mod.build(args.inventory), "smoke", (bringup.SMOKE_PHASE,),
-                bringup.RunOptions(limit=args.limit, timeout_s=args.timeout))
+    cp = plan_mod.build(inventory)
+    if not cp.inventory.simulated:
+        sim = sorted(n for n, h in cp.hosts.items() if h.profile is not None
+                     and h.profile.simulated)
+        if sim:
+            raise InputError(f"inventory {inventory}: host {sim[0]} uses the simulated profile "
+                             f"{cp.hosts[sim[0]].profile.name}"  # type: ignore[union-attr]
+                             " but the inventory is not a simulated cluster (provisioner_"
+                             "simulated: true on every host); use a real hardware profile")
+    return cp
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_stop_signal(signum: int, _frame: object) -> None:
+    """Stop the run: while a playbook runs, the runner kills ansible-playbook's process group
+    and the phase ends; otherwise stop here. Either way Interrupted reaches _run."""
+    from provisioner import runner
+
+    if runner.request_cancel(signum):
+        return
+    raise runner.Interrupted(signum)
+
+
+@contextmanager
+def _stop_signals() -> Iterator[None]:
+    from provisioner import runner
+
+    runner.reset_cancel()
+    previous = {s: signal.signal(s, _on_stop_signal) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        runner.reset_cancel()
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """While the report is written after a stop: a second Ctrl-C does not cut it in half."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _refuse_insecure_env(cp: ClusterPlan) -> None:
+    """ANSIBLE_* variables that turn off SSH host key checking are refused unless the
+    inventory itself turns it off for every host (explicit, and then the report says so)."""
+    from provisioner import runner
+
+    bad = runner.insecure_env()
+    if not bad:
+        return
+    off = set(runner.host_key_checking_off(
+        {e.name: e.connection for e in cp.inventory.hosts.values()}))
+    if off != set(cp.inventory.hosts):
+        raise InputError(f"{bad[0]} in the environment would turn off SSH host key checking; "
+                         "unset it, or set ansible_host_key_checking: false in the inventory "
+                         "if you mean it (the report then says so)")
 
 
 def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
          phases: Sequence[tuple[str, str]], options: RunOptions) -> int:
-    """Run phases on a validated plan, save the report, print it; the exit code of the run."""
-    from provisioner import bringup, render
+    """Run phases on a validated plan, save the report, print it; the exit code of the run.
+    The report is saved whatever stops the run (a signal, an error of ours)."""
+    from provisioner import bringup, render, runlock, runner
+    from provisioner.report import runs_dir
 
+    _refuse_insecure_env(cp)
     if args.verbose:
         # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner._passthrough_env);
         # its output lands in the run's artifacts, not on our console.
         os.environ.setdefault("ANSIBLE_VERBOSITY", str(min(args.verbose, 4)))
-    report, run_dir = bringup.start_report(cp, command)
-    if cp.simulated:
-        render.simulated_banner(_chatter(args))
-    ok = bringup.run_phases(cp, report, run_dir, phases, options, _display_factory(args))
-    report.finish(EXIT_OK if ok else EXIT_FAILED)
-    path = report.save(run_dir)
+    lock = runlock.acquire(runs_dir(), Path(cp.inventory.source), command)
+    try:
+        with _stop_signals():
+            report, run_dir = bringup.start_report(cp, command)
+            if lock.stale:
+                report.notes.append(
+                    f"took over a stale lock of PID {lock.stale.get('pid')} (started "
+                    f"{lock.stale.get('started_at', '?')}), which is no longer running")
+            if cp.simulated:
+                render.simulated_banner(_chatter(args))
+            if report.host_key_checking_off:
+                _chatter(args).print(escape(f"warning: {report.notes[0]}"), soft_wrap=True)
+            try:
+                ok = bringup.run_phases(cp, report, run_dir, phases, options,
+                                        _display_factory(args))
+            except runner.Interrupted as exc:
+                with _signals_held():
+                    report.notes.append(f"interrupted by {exc.name}: ansible-playbook was "
+                                        "stopped; the phases after it did not run")
+                    report.finish(128 + exc.signum, "interrupted")
+                    vars(exc)["report_path"] = _save_quietly(report, run_dir)
+                raise
+            except BaseException as exc:
+                with _signals_held():
+                    code = exc.exit_code if isinstance(exc, ProvisionerError) else EXIT_FAILED
+                    report.notes.append(f"the run stopped on an error: {type(exc).__name__}: "
+                                        f"{' '.join(str(exc).split())[:300]}")
+                    report.finish(code, "error")
+                    _save_quietly(report, run_dir)
+                raise
+            report.finish(EXIT_OK if ok else EXIT_FAILED)
+            path = report.save(run_dir)
+            bringup.secure_run_dir(run_dir, report)
+    finally:
+        lock.release()
     data = report.to_dict()
     data["report_path"] = str(path)
     show_report(args, data)
     return report.exit_code
+
+
+def _save_quietly(report: Any, run_dir: Path) -> str | None:
+    """Save after a stop; the stop, not a failed save, is the error the user sees (a failed
+    save is noted on stderr)."""
+    from provisioner import bringup
+
+    try:
+        path = report.save(run_dir)
+        bringup.secure_run_dir(run_dir, report)
+    except ProvisionerError as exc:
+        errconsole.print(escape(f"warning: {exc}"), soft_wrap=True)
+        return None
+    return str(path)
 
 
 def show_report(args: argparse.Namespace, data: dict[str, Any]) -> None:

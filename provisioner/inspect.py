@@ -40,6 +40,12 @@ FORMATS = (
 
 # Bigger files are not tool output we know; refuse rather than read gigabytes of log.
 MAX_BYTES = 64 * 1024 * 1024
+# nvidia-smi -q -x of an 8-GPU node is about 1,000 lines, a full kernel ring buffer about
+# 10,000: a longer file is a whole log, answered at once instead of parsed for seconds.
+MAX_LINES = 20_000
+# The format signatures are looked for in the text's head (their tool prints them first), so
+# that detection costs the same on a 60 MB file; the Xid marker is looked for everywhere.
+DETECT_HEAD = 256 * 1024
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _NCCL_HEADER = re.compile(r"^\s*#\s+size\s+count\s+type\b", re.MULTILINE)
@@ -49,8 +55,10 @@ _DCGM_ROW = re.compile(
     re.MULTILINE,
 )
 _IBSTAT_CA = re.compile(r"^CA '[^']+'\s*$", re.MULTILINE)
-_SYSFS_LINE = re.compile(r"^\S*?[\w.-]+/ports/\d+/[\w/]+:", re.MULTILINE)
-_NVLINK_GPU = re.compile(r"^GPU \d+: .*\(UUID: [^)]*\)\s*$", re.MULTILINE)
+# Bounded: "^\S*?[\w.-]+/ports/" backtracked over the whole of a long line at each step (a
+# 20,000-character line took 2 s). A sysfs path is far shorter than these bounds.
+_SYSFS_LINE = re.compile(r"^[^\s:]{0,400}[\w.-]/ports/\d{1,4}/[\w/]{1,200}:", re.MULTILINE)
+_NVLINK_GPU_START = re.compile(r"^GPU \d+: ", re.MULTILINE)
 _NVLINK_BODY = re.compile(
     r"^\s*Link \d+\s*:|nvlink information|support nvlink|nvlink queries",
     re.MULTILINE | re.IGNORECASE,
@@ -81,6 +89,19 @@ def _is_nccl_json(text: str) -> bool:
     return isinstance(document, dict) and "results" in document and "config" in document
 
 
+def _has_nvlink_gpu_line(text: str) -> bool:
+    """A line ``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)``. Checked with string methods on
+    each candidate line: the regex ``^GPU \\d+: .*\\(UUID: [^)]*\\)\\s*$`` backtracked over every
+    "(UUID: " of a long line (a 2 MB line of them took minutes)."""
+    for match in _NVLINK_GPU_START.finditer(text):
+        end = text.find("\n", match.end())
+        line = text[match.end():end if end >= 0 else len(text)].rstrip()
+        opening = line.rfind("(UUID: ")
+        if line.endswith(")") and opening >= 0 and ")" not in line[opening:-1]:
+            return True
+    return False
+
+
 def detect_format(text: str) -> str:
     """Name of the tool output ``text`` holds (one of :data:`FORMATS`).
 
@@ -88,11 +109,11 @@ def detect_format(text: str) -> str:
     another tool (an Xid line inside an NCCL log) is classified by its main content.
     Raises ``InputError`` when nothing matches.
     """
-    plain = _ANSI.sub("", text)
+    plain = _ANSI.sub("", text[:DETECT_HEAD])
     head = plain.lstrip()[:4096]
     if "<nvidia_smi_log" in head:
         return NVIDIA_SMI_XML
-    if _is_nccl_json(plain) or _NCCL_HEADER.search(plain) or _NCCL_FOOTER.search(plain):
+    if _is_nccl_json(text) or _NCCL_HEADER.search(plain) or _NCCL_FOOTER.search(plain):
         return NCCL_TESTS
     if _DCGM_ROW.search(plain):
         return DCGMI_DIAG
@@ -100,11 +121,11 @@ def detect_format(text: str) -> str:
         return IBSTAT
     if _SYSFS_LINE.search(plain):
         return IB_SYSFS_FLAT
-    if _NVLINK_GPU.search(plain) and _NVLINK_BODY.search(plain):
+    if _has_nvlink_gpu_line(plain) and _NVLINK_BODY.search(plain):
         return NVIDIA_SMI_NVLINK
     if _TOPO_ROW.search(plain.replace("\t", " ")):
         return NVIDIA_SMI_TOPO
-    if _XID.search(plain):
+    if _XID.search(text):
         return DMESG_XID
     raise InputError(
         "unrecognised format; expected the saved output of one of: " + ", ".join(FORMATS)
@@ -143,6 +164,11 @@ def _read_text(path: Path) -> str:
         raise InputError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB, not a tool output")
     if not data.strip():
         raise InputError(f"{path}: empty file")
+    lines = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+    if lines > MAX_LINES:
+        raise InputError(f"{path}: {lines} lines, longer than any output of the tools inspect "
+                         f"reads (limit {MAX_LINES:,}); keep the part that matters, e.g. "
+                         "`grep -E 'NVRM|Xid'` of a kernel log")
     if b"\x00" in data:
         raise InputError(f"{path}: binary file (contains NUL bytes), expected text output")
     try:

@@ -37,7 +37,9 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                               "gpu_package_source serves, when it runs on "
                                               "the controller (the smoke job's wheelhouse "
                                               "goes under its wheels/)"},
-    "provisioner_simulated": {"type": "bool", "description": "set by `provisioner sim up`"},
+    "provisioner_simulated": {"type": "bool",
+                              "description": "set by `provisioner sim up` on every host of "
+                                             "the simulated cluster (all hosts or none)"},
     "fabric": {"type": "str", "choices": ["infiniband", "roce", "ethernet"],
                "description": "the cluster network used by NCCL"},
     # Overrides of the stack's versions; each is checked by the stack rules (matrix/resolve.py).
@@ -59,6 +61,9 @@ class HostEntry:
     name: str
     groups: tuple[str, ...]
     vars: Mapping[str, Any]
+    # The ansible_* connection variables (ansible_host, ansible_ssh_common_args ...): not part
+    # of the contract, read only to tell whether SSH host key checking is off.
+    connection: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -76,7 +81,17 @@ class Inventory:
 
     @property
     def simulated(self) -> bool:
-        return any(bool(e.vars.get("provisioner_simulated")) for e in self.hosts.values())
+        """Simulation is a property of the whole run: every host carries
+        ``provisioner_simulated: true`` (``load`` refuses an inventory that mixes)."""
+        return bool(self.hosts) and all(_simulated(e) for e in self.hosts.values())
+
+
+def _simulated(entry: HostEntry) -> bool:
+    """As Ansible reads a bool: "yes"/"true"/"1"/"on" are true, "no"/"false"... are not."""
+    value = entry.vars.get("provisioner_simulated")
+    if isinstance(value, str):
+        return value.strip().lower() in ("y", "yes", "true", "t", "1", "on")
+    return value is True or value == 1
 
 
 @lru_cache(maxsize=1)
@@ -114,10 +129,45 @@ def load(path: str | os.PathLike[str]) -> Inventory:
     source = Path(path)
     if not source.exists():
         raise InputError(f"inventory {source}: no such file or directory")
+    _check_yaml_syntax(source)
     hosts = _load_with_ansible(source)
     inv = Inventory(source=source, hosts=hosts)
     _validate(inv)
     return inv
+
+
+YAML_SUFFIXES = (".yml", ".yaml", ".json")
+
+
+def _check_yaml_syntax(source: Path) -> None:
+    """Unreadable files and YAML syntax errors as one line ``FILE:LINE:COL: message`` (Ansible
+    would print a page of warnings from each inventory plugin it tried). Only the syntax is
+    checked (``yaml.parse`` builds no objects, so Ansible's tags such as ``!vault`` pass)."""
+    files = [source] if source.is_file() else sorted(
+        p for p in source.rglob("*") if p.is_file() and p.suffix in YAML_SUFFIXES)
+    for file in files:
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except PermissionError:
+            raise InputError(f"inventory {file}: cannot read it (permission denied)") from None
+        except OSError as exc:
+            raise InputError(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"inventory {file}: not UTF-8 text (invalid byte at offset "
+                             f"{exc.start})") from None
+        if file.suffix not in YAML_SUFFIXES:
+            continue
+        try:
+            for _event in yaml.parse(text, Loader=yaml.SafeLoader):
+                pass
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else str(file)
+            problem = exc.problem or exc.context or "invalid YAML"
+            context = f" ({exc.context})" if exc.context and exc.problem else ""
+            raise InputError(f"{where}: {problem}{context}") from None
+        except yaml.YAMLError as exc:
+            raise InputError(f"{file}: invalid YAML ({_first_line(str(exc))})") from None
 
 
 def _load_with_ansible(source: Path) -> dict[str, HostEntry]:
@@ -156,8 +206,9 @@ def _load_with_ansible(source: Path) -> dict[str, HostEntry]:
         groups = tuple(sorted(str(g.name) for g in host.get_groups() if g.name != "all"))
         plain = {str(k): _plain(v) for k, v in hv.items() if not k.startswith("ansible_")
                  and k not in _MAGIC}
+        connection = {str(k): _plain(v) for k, v in hv.items() if k.startswith("ansible_")}
         name = str(host.name)
-        out[name] = HostEntry(name=name, groups=groups, vars=plain)
+        out[name] = HostEntry(name=name, groups=groups, vars=plain, connection=connection)
     return out
 
 
@@ -256,6 +307,13 @@ def _validate(inv: Inventory) -> None:
     if not inv.gpu_hosts:
         raise InputError(f"{where}: group gpu_nodes is missing or empty; put at least one "
                          "GPU host in it")
+    simulated = sorted(h for h, e in inv.hosts.items() if _simulated(e))
+    if simulated and len(simulated) != len(inv.hosts):
+        real = sorted(set(inv.hosts) - set(simulated))
+        raise InputError(f"{where}: provisioner_simulated is set on {len(simulated)} of "
+                         f"{len(inv.hosts)} hosts ({_some(simulated)}) but not on "
+                         f"{_some(real)}; a run is simulated as a whole: set it on every host "
+                         "or on none")
     known = known_variables()
     # Thousands of hosts share a handful of values: each distinct (variable, value) is
     # validated once; the error still names the first host (in inventory order) that has it.
@@ -282,6 +340,10 @@ def _validate(inv: Inventory) -> None:
                 source = _options()[name][0]
                 raise InputError(f"{where}: host {entry.name}: variable {name} ({source}): "
                                  f"{problem}")
+
+
+def _some(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _value_problem(name: str, value: Any) -> str | None:

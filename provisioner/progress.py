@@ -20,6 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from provisioner.results import ProgressEvent
+from provisioner.untrusted import printable
+
+
+def _text(value: str) -> str:
+    """Host and task names come from the inventory and the playbooks' templating of node data:
+    no terminal control sequence or rich markup of theirs reaches the console."""
+    return escape(printable(value))
 
 MAX_ROWS = 30
 # Hosts with failures named under the aggregate row of a large run (the rest are counted).
@@ -137,28 +144,28 @@ class ProgressDisplay:
         if self.live is not None:
             return
         if ev.kind == "play":
-            self.console.print(escape(f"  play: {ev.task}"))
+            self.console.print(_text(f"  play: {ev.task}"))
         elif ev.kind in ("failed", "unreachable") and ev.host is not None:
-            self.console.print(f"  [red]{ev.kind}[/red] " + escape(f"{ev.host}: {ev.task}"))
+            self.console.print(f"  [red]{ev.kind}[/red] " + _text(f"{ev.host}: {ev.task}"))
 
     def render(self) -> Table:
         """The table for the model's current state (built per redraw, not per event)."""
         snap = self.model.snapshot()
-        table = Table(title=escape(f"{self.title} - {snap.task}"), expand=False)
+        table = Table(title=_text(f"{self.title} - {snap.task}"), expand=False)
         for col in ("host", *_COLUMN_KINDS, "last task"):
             table.add_column(col)
         if snap.hosts > MAX_ROWS:
             table.add_row(f"{snap.hosts} hosts ({snap.failing_hosts} with failures)",
                           *(str(snap.totals[_INDEX[k]]) for k in _COLUMN_KINDS),
-                          escape(snap.task))
+                          _text(snap.task))
             more = snap.failing_hosts - len(snap.rows)
             for host, counts, task in snap.rows:
-                table.add_row(escape(host), *(str(counts[_INDEX[k]]) for k in _COLUMN_KINDS),
-                              escape(task), style="red")
+                table.add_row(_text(host), *(str(counts[_INDEX[k]]) for k in _COLUMN_KINDS),
+                              _text(task), style="red")
             if more > 0:
                 table.add_row(f"... {more} more with failures", "", "", "", "", "")
             return table
         for host, counts, task in snap.rows:
-            table.add_row(escape(host), *(str(counts[_INDEX[k]]) for k in _COLUMN_KINDS),
-                          escape(task))
+            table.add_row(_text(host), *(str(counts[_INDEX[k]]) for k in _COLUMN_KINDS),
+                          _text(task))
         return table

@@ -16,6 +16,19 @@ from rich.panel import Panel
 from rich.table import Table
 
 from provisioner.report import SIMULATED_BANNER
+from provisioner.untrusted import printable
+
+
+def _clean(data: Any) -> Any:
+    """Text from nodes (hostnames, task output, tool text) without terminal control
+    sequences, in nested mappings and lists: nothing a node says reaches the terminal raw."""
+    if isinstance(data, str):
+        return printable(data)
+    if isinstance(data, Mapping):
+        return {_clean(k): _clean(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_clean(v) for v in data]
+    return data
 
 _STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
 
@@ -34,6 +47,7 @@ def as_json(data: Any) -> str:
 def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) -> None:
     """A saved or fresh report (``report.json`` data): phases, checks, failures, smoke results,
     notes, then the verdict line. ``verbose`` also lists every passed and skipped check."""
+    data = _clean(data)
     simulated = bool(data.get("simulated"))
     if simulated:
         simulated_banner(console)
@@ -70,6 +84,7 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
 
 def verdict(console: Console, data: Mapping[str, Any]) -> None:
     """The report's last line, the one ``-q`` keeps: outcome, SIMULATED tag, time, file."""
+    data = _clean(data)
     simulated = bool(data.get("simulated"))
     outcome = str(data.get("outcome", "?"))
     color = "green" if outcome == "passed" else "bold red"
@@ -173,6 +188,7 @@ def _short(value: Any) -> str:
 
 
 def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
+    smoke = _clean(smoke)
     for run in smoke.get("runs", []):
         sim = "SIMULATED " if smoke.get("simulated") else ""
         title = (f"{sim}smoke: {run.get('label')} all-reduce ({run.get('backend')}, "
@@ -200,7 +216,8 @@ def rows_table(console: Console, title: str, rows: list[dict[str, str]]) -> None
     """A table whose columns are the keys of the first row (cells escaped: data, not markup)."""
     if not rows:
         return
-    table = Table(title=title)
+    rows = _clean(rows)
+    table = Table(title=printable(title))
     for col in rows[0]:
         table.add_column(col)
     for row in rows:
@@ -254,9 +271,9 @@ def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 def mapping(console: Console, title: str, data: Mapping[str, Any]) -> None:
     """A two-column table of a nested mapping (see ``flatten``), cells escaped."""
-    table = Table(title=escape(title))
+    table = Table(title=escape(printable(title)))
     table.add_column("key")
     table.add_column("value")
-    for key, value in flatten(data):
+    for key, value in flatten(_clean(data)):
         table.add_row(escape(key), escape(value))
     console.print(table)

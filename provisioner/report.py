@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provisioner.errors import InputError
+from provisioner.errors import InputError, ProvisionerError
 from provisioner.paths import workspace_root
 from provisioner.results import PlaybookResult
+from provisioner.untrusted import redact, redact_data
 
 SIMULATED_BANNER = ("SIMULATED CLUSTER: podman containers with simulated GPUs, NVLink and "
                     "InfiniBand. Nothing here measures real hardware.")
@@ -29,6 +30,66 @@ def new_run_id() -> str:
 def runs_dir() -> Path:
     env = os.environ.get("PROVISIONER_RUNS_DIR")
     return Path(env) if env else workspace_root() / "runs"
+
+
+class ReportNotSaved(ProvisionerError):
+    """The report could not be written (disk full, read-only runs directory). Exit 1: the run
+    may have changed hosts, but its outcome is not on record."""
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (and missing parents) a directory only its owner can read: 0700."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` atomically (a temp file in the same directory, fsync, rename) with mode
+    0600: a reader sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def make_private(root: Path) -> None:
+    """Directories 0700 and files 0600 under ``root`` (what ansible-runner left in a run
+    directory is the controller's environment, variables and task output)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        base = Path(dirpath)
+        with_errors = [(base / d, 0o700) for d in dirnames] + [(base / f, 0o600)
+                                                               for f in filenames]
+        for path, mode in with_errors:
+            try:
+                if not path.is_symlink():
+                    path.chmod(mode)
+            except OSError:
+                continue
+    root.chmod(0o700)
+
+
+def redact_tree(root: Path, found: set[str]) -> int:
+    """Mask the given secrets (and URL credentials) in every text file under ``root``; the
+    number of files rewritten."""
+    rewritten = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        clean = redact(text, found)
+        if clean != text:
+            write_private(path, clean)
+            rewritten += 1
+    return rewritten
 
 
 @dataclass
@@ -71,7 +132,11 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     smoke: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # Hosts whose SSH host key is not checked (inventory says so): the console says it too.
+    host_key_checking_off: list[str] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic, repr=False)
+    # Literal secrets of the inventory (mirror credentials): masked in everything saved.
+    _secrets: set[str] = field(default_factory=set, repr=False)
 
     def add_phase(self, name: str, result: PlaybookResult) -> Phase:
         phase = Phase(
@@ -97,24 +162,31 @@ class Report:
                                              detail=str(item.get("detail", ""))))
         return phase
 
-    def finish(self, exit_code: int) -> None:
+    def finish(self, exit_code: int, outcome: str | None = None) -> None:
         self.exit_code = exit_code
-        self.outcome = "passed" if exit_code == 0 else "failed"
+        self.outcome = outcome or ("passed" if exit_code == 0 else "failed")
         self.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.duration_s = round(time.monotonic() - self._t0, 2)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("_t0", None)
+        data.pop("_secrets", None)
         if self.simulated:
             data = {"SIMULATED": SIMULATED_BANNER, **data}
-        return data
+        return dict(redact_data(data, self._secrets))
 
     def save(self, run_dir: Path) -> Path:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        """report.json and junit.xml, each written atomically, 0600 in a 0700 directory.
+        Raises ReportNotSaved (one line) when the disk refuses."""
         path = run_dir / "report.json"
-        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-        (run_dir / "junit.xml").write_text(self.junit(), encoding="utf-8")
+        try:
+            private_dir(run_dir)
+            write_private(path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+            write_private(run_dir / "junit.xml", redact(self.junit(), self._secrets))
+        except OSError as exc:
+            raise ReportNotSaved(f"cannot save the report in {run_dir}: "
+                                 f"{exc.strerror or exc}") from exc
         return path
 
     def junit(self) -> str:
@@ -158,7 +230,23 @@ class Report:
                     message = mine[0]["message"] if mine else "a task failed"
                     failure = ET.SubElement(case, "failure", message=_xml(message), type="task")
                     failure.text = lines
+            if not phase.ok and not any(c.find("failure") is not None or c.find("error")
+                                        is not None for c in suite.findall("testcase")):
+                # The phase failed without a host to blame (ansible-playbook stopped early,
+                # timed out, was interrupted): the phase itself is the failed case.
+                case = ET.SubElement(suite, "testcase", classname=phase.name, name=phase.name)
+                ET.SubElement(case, "failure", message=_xml(
+                    f"{phase.playbook}: {phase.status} (rc {phase.rc})"), type="phase")
             _count(suite)
+        # The verdict as a case of its own: a failed or interrupted run is never an empty or
+        # all-green file, whatever stopped it.
+        suite = _suite(root, f"{prefix}run")
+        case = ET.SubElement(suite, "testcase", classname="run", name=f"{self.command} verdict")
+        if self.exit_code != 0 or self.outcome not in ("passed", "running"):
+            why = "; ".join(self.notes[-3:]) or f"exit code {self.exit_code}"
+            ET.SubElement(case, "failure", message=_xml(f"{self.outcome}: {why}"),
+                          type="verdict")
+        _count(suite)
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -185,7 +273,8 @@ def _count(suite: ET.Element) -> None:
 
 
 def load(run_id: str | None) -> dict[str, Any]:
-    """A saved report by run id (default: the newest)."""
+    """A saved report by run id (default: the newest, by run id: ids start with the UTC
+    time). A missing, truncated or malformed file is one InputError line."""
     base = runs_dir()
     if run_id is None:
         candidates = sorted(p for p in base.glob("*/report.json")) if base.is_dir() else []
@@ -197,7 +286,23 @@ def load(run_id: str | None) -> dict[str, Any]:
         if not path.is_file():
             raise InputError(f"no report for run {run_id!r} under {base}")
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: unreadable report ({exc})") from exc
-    return data
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the report ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a report (not UTF-8 text at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: truncated or invalid report (JSON error at line "
+                         f"{exc.lineno} column {exc.colno}: {exc.msg})") from None
+    missing = [] if isinstance(data, dict) else ["a JSON object"]
+    if not missing:
+        missing = [k for k, kind in _REQUIRED.items() if not isinstance(data.get(k), kind)]
+    if missing:
+        raise InputError(f"{path}: not a provisioner report (missing or wrong: "
+                         f"{', '.join(missing)})")
+    return dict(data)
+
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "run_id": str, "command": str, "outcome": str, "exit_code": int, "phases": list,
+    "checks": list}

@@ -8,8 +8,11 @@ and unreachable ones stay in the artifacts for debugging).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +28,113 @@ from provisioner.results import (
     ProgressEvent,
     TaskFailure,
 )
+from provisioner.untrusted import redact
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (SIGINT, SIGTERM, SIGHUP); the CLI exits 128 + signum.
+    A KeyboardInterrupt, so that nothing which catches Exception swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+class _Cancel:
+    """A stop requested by a signal. While a playbook runs, the request is only recorded:
+    ansible-runner polls it (every PEXPECT_TIMEOUT_S) and kills ansible-playbook's process
+    group, which pexpect made a session of its own, so no ansible-playbook outlives us."""
+
+    signum: int | None = None
+    running: bool = False
+
+
+PEXPECT_TIMEOUT_S = 0.5
+
+
+def request_cancel(signum: int) -> bool:
+    """Record a stop request; True when a playbook is running and will be stopped (the signal
+    handler must then return), False when nothing runs (the handler raises Interrupted)."""
+    _Cancel.signum = signum
+    return _Cancel.running
+
+
+GRACE_S = 5.0
+
+
+def _cancel_requested() -> bool:
+    """ansible-runner's cancel callback. ansible-runner would SIGKILL ansible-playbook's
+    process group only, but ansible's workers call setsid(): they and the task processes they
+    started would live on. So the whole process tree is stopped here first: SIGTERM to
+    ansible-playbook (it tells its workers, which kill their own sessions), then SIGKILL to
+    whatever of the tree is left after a grace period."""
+    if _Cancel.signum is None:
+        return False
+    tree = _descendants(os.getpid())
+    for pid in _children_map().get(os.getpid(), []):  # ansible-playbook itself
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        time.sleep(0.1)
+    for pid in [*tree, *_descendants(os.getpid())]:
+        _signal(pid, signal.SIGKILL)
+    return True
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, parents before children (Linux /proc; none elsewhere)."""
+    children = _children_map()
+    out: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signum)
+
+
+def raise_if_cancelled() -> None:
+    """Called between phases: turn a recorded stop request into Interrupted."""
+    if _Cancel.signum is not None:
+        raise Interrupted(_Cancel.signum)
+
+
+def reset_cancel() -> None:
+    _Cancel.signum = None
+    _Cancel.running = False
+
 
 # Roles publish report data as a fact named <role>_report (a dict); the section is <role>.
 REPORT_SUFFIX = "_report"
@@ -91,7 +201,7 @@ class _EventSink:
         detail = str(res.get("stderr") or res.get("stdout") or "").strip()
         if detail and detail not in msg:
             msg = f"{msg}: {detail.splitlines()[-1]}"
-        msg = " ".join(msg.split())
+        msg = redact(" ".join(msg.split()))
         if len(msg) > MAX_MESSAGE:
             msg = msg[: MAX_MESSAGE - 3] + "..."
         self.result.failures.append(TaskFailure(host, task, msg, unreachable))
@@ -129,7 +239,7 @@ def run_playbook(
     if not book.is_file():
         raise EnvironmentProblem(f"playbook {book} does not exist")
     data_dir = run_dir / "ansible"
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     result = PlaybookResult(playbook=playbook, status="unstarted", rc=-1, duration_s=0.0,
                             artifact_dir=data_dir / "artifacts" / ident)
     sink = _EventSink(result, on_progress)
@@ -149,23 +259,40 @@ def run_playbook(
         raise EnvironmentProblem("ansible-playbook not found next to this Python or on PATH: "
                                  "run `make deps`")
     env["PATH"] = path
-    cmdline = "--check --diff" if check_mode else None
+    # Extra variables (a wheelhouse URL may carry mirror credentials) go through a 0600 file
+    # that is removed after the run, not ansible-playbook's argv (which `ps` shows everyone).
+    vars_file = data_dir / f".extravars-{ident}.json"
+    fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(dict(extravars or {}), handle)
+    cmdline = f"-e @{vars_file}" + (" --check --diff" if check_mode else "")
     started = time.monotonic()
-    runner = ansible_runner.run(
-        private_data_dir=str(data_dir),
-        project_dir=str(root),
-        playbook=str(book),
-        inventory=[str(Path(p).resolve()) for p in inventories],
-        ident=ident,
-        extravars=dict(extravars or {}),
-        limit=limit,
-        timeout=timeout,
-        quiet=True,
-        envvars={**env, **_passthrough_env()},
-        event_handler=sink,
-        cmdline=cmdline,
-        settings={"suppress_ansible_output": True},
-    )
+    _Cancel.running = True
+    try:
+        if _Cancel.signum is not None:  # stopped before this phase could start
+            raise Interrupted(_Cancel.signum)
+        runner = ansible_runner.run(
+            private_data_dir=str(data_dir),
+            project_dir=str(root),
+            playbook=str(book),
+            inventory=[str(Path(p).resolve()) for p in inventories],
+            ident=ident,
+            limit=limit,
+            timeout=timeout,
+            quiet=True,
+            envvars={**env, **_passthrough_env()},
+            event_handler=sink,
+            cancel_callback=_cancel_requested,
+            cmdline=cmdline,
+            # No env/ dump of the variables and environment in the private data dir.
+            suppress_env_files=True,
+            settings={"suppress_ansible_output": True, "pexpect_timeout": PEXPECT_TIMEOUT_S},
+        )
+    finally:
+        _Cancel.running = False
+        vars_file.unlink(missing_ok=True)
+        # ansible-runner's `command` artifact holds the whole controller environment.
+        (data_dir / "artifacts" / ident / "command").unlink(missing_ok=True)
     result.duration_s = time.monotonic() - started
     result.status = str(runner.status)
     result.rc = int(runner.rc) if runner.rc is not None else -1
@@ -179,6 +306,8 @@ def _controller_error(result: PlaybookResult) -> str:
     error lines of its output say why."""
     if result.status == "timeout":
         return "the run hit its timeout"
+    if result.status == "canceled":
+        return "stopped by a signal: ansible-playbook and its workers were killed"
     try:
         lines = (result.artifact_dir / "stdout").read_text(errors="replace").splitlines()
     except OSError:
@@ -192,7 +321,47 @@ def _controller_error(result: PlaybookResult) -> str:
 
 
 def _passthrough_env() -> dict[str, str]:
-    """Let the caller tune Ansible (ANSIBLE_FORKS=200 ...) without our code knowing each knob."""
+    """Let the caller tune Ansible (ANSIBLE_FORKS=200 ...) without our code knowing each knob;
+    but nothing from the environment turns off SSH host key checking (``insecure_env``
+    refuses it before a run; it is dropped here as well)."""
     return {k: v for k, v in os.environ.items() if k.startswith("ANSIBLE_")
             and k not in ("ANSIBLE_CONFIG", "ANSIBLE_FACT_CACHING_CONNECTION",
-                          "ANSIBLE_COLLECTIONS_PATH")}
+                          "ANSIBLE_COLLECTIONS_PATH") and not _weakens_host_keys(k, v)}
+
+
+_FALSE = ("0", "false", "no", "off", "n", "f")
+_INSECURE_SSH = ("stricthostkeychecking=no", "stricthostkeychecking no",
+                 "userknownhostsfile=/dev/null", "userknownhostsfile /dev/null")
+
+
+def _weakens_host_keys(name: str, value: str) -> bool:
+    if name in ("ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_SSH_HOST_KEY_CHECKING",
+                "ANSIBLE_PARAMIKO_HOST_KEY_CHECKING"):
+        return value.strip().lower() in _FALSE
+    squeezed = " ".join(value.lower().split())
+    return name.startswith("ANSIBLE_") and any(bad in squeezed for bad in _INSECURE_SSH)
+
+
+def insecure_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The ANSIBLE_* variables of the environment that would turn off host key checking."""
+    env = os.environ if environ is None else environ
+    return sorted(k for k, v in env.items() if k.startswith("ANSIBLE_")
+                  and _weakens_host_keys(k, v))
+
+
+def host_key_checking_off(host_vars: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The hosts whose inventory turns SSH host key checking off (``ansible_host_key_checking:
+    false`` or ssh arguments with StrictHostKeyChecking=no): the report says so."""
+    off = []
+    for host, hv in host_vars.items():
+        flags = [hv.get(k) for k in ("ansible_host_key_checking",
+                                      "ansible_ssh_host_key_checking")]
+        if any(f is False or (isinstance(f, str) and f.strip().lower() in _FALSE)
+               for f in flags):
+            off.append(host)
+            continue
+        args = " ".join(str(hv.get(k) or "") for k in (
+            "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_ssh_args"))
+        if any(bad in " ".join(args.lower().split()) for bad in _INSECURE_SSH):
+            off.append(host)
+    return sorted(off)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -82,9 +83,12 @@ def test_bad_inventories_are_one_line_input_errors(tmp_path: Path, data: object,
 
 
 def test_unparseable_file_is_an_input_error(tmp_path: Path) -> None:
+    """A YAML syntax error is one line FILE:LINE:COL: message."""
     path = write(tmp_path, "all: [unclosed\n  - {\n")
-    with pytest.raises(InputError, match="inventory"):
+    with pytest.raises(InputError) as err:
         inventory.load(path)
+    message = str(err.value)
+    assert re.fullmatch(re.escape(str(path)) + r":\d+:\d+: [^\n]+", message), message
 
 
 def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
@@ -94,9 +98,9 @@ def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
 
 def test_values_ansible_converts_are_accepted_as_on_the_run(tmp_path: Path) -> None:
     """Ansible's validator converts "yes" to a bool and "20" to a float; so does the check."""
-    inv = inventory.load(write(tmp_path, cluster(provisioner_simulated="yes",
-                                                 preflight_min_free_gb="20",
-                                                 rdma_packages="rdma-core,perftest")))
+    data = cluster(preflight_min_free_gb="20", rdma_packages="rdma-core,perftest")
+    data["all"]["vars"] = {"provisioner_simulated": "yes"}  # type: ignore[index]
+    inv = inventory.load(write(tmp_path, data))
     # The inventory keeps the values as written: the run converts them the same way again.
     assert inv.hosts["gpu-01"].vars["preflight_min_free_gb"] == "20"
     assert inv.simulated
@@ -137,3 +141,90 @@ def test_hundred_host_inventory_loads_quickly(tmp_path: Path) -> None:
     assert len(inv.gpu_hosts) == 100
     # Not a benchmark (bench/ has those); a guard against accidental per-host host contact.
     assert time.monotonic() - started < 10
+
+
+# simulation is a property of the whole run ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("gpu", "login", "simulated"), [
+    (True, True, True), ("yes", "true", True), (False, False, False), ("no", "no", False),
+    (None, None, False)])
+def test_simulated_only_when_every_host_says_so(tmp_path: Path, gpu: object, login: object,
+                                                simulated: bool) -> None:
+    data = cluster(**({} if gpu is None else {"provisioner_simulated": gpu}))
+    if login is not None:
+        data["all"]["children"]["cpu_nodes"]["hosts"]["login-01"] = {  # type: ignore[index]
+            "provisioner_simulated": login}
+    assert inventory.load(write(tmp_path, data)).simulated is simulated
+
+
+@pytest.mark.parametrize("value", [True, "yes"])
+def test_one_simulated_host_among_real_ones_is_refused(tmp_path: Path, value: object) -> None:
+    path = write(tmp_path, cluster(provisioner_simulated=value))
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    message = str(err.value)
+    assert "provisioner_simulated is set on 1 of 2 hosts (gpu-01) but not on login-01" in message
+    assert "\n" not in message
+
+
+# bad files: one line each ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "line", "col"), [
+    ("all:\n  children:\n    gpu_nodes:\n      hosts: {gpu-01: {gpu_profile: x}\n", 5, 1),
+    ("all:\n  hosts:\n    a: 1\n   b: 2\n", 4, 4),
+    ("all:\n\tchildren: {}\n", 2, 1),
+])
+def test_yaml_syntax_error_is_file_line_col(tmp_path: Path, text: str, line: int,
+                                           col: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:{line}:{col}: "), message
+    assert "\n" not in message and len(message) < 300
+
+
+def test_yaml_error_in_group_vars_names_that_file(tmp_path: Path) -> None:
+    write(tmp_path, cluster())
+    (tmp_path / "group_vars").mkdir()
+    bad = tmp_path / "group_vars" / "all.yml"
+    bad.write_text("gpu_stack: [oops\n")
+    with pytest.raises(InputError, match=re.escape(f"{bad}:2:1: ")):
+        inventory.load(tmp_path)
+
+
+def test_vault_tags_are_not_syntax_errors(tmp_path: Path) -> None:
+    data = yaml.safe_dump(cluster()) + "x: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n  6162\n"
+    path = write(tmp_path, data)
+    inventory._check_yaml_syntax(path)  # no error: only the syntax is checked
+
+
+def test_unreadable_inventory_is_one_line(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, cluster())
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(InputError, match=re.escape(
+            f"inventory {path}: cannot read it (permission denied)")):
+        inventory.load(path)
+
+
+def test_binary_inventory_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.yml"
+    path.write_bytes(b"all:\n  \xff\xfe\x00\n")
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        inventory.load(path)
+
+
+def test_simulated_needs_every_host_even_when_built_directly() -> None:
+    """``any`` would make one stray host simulate the whole run (no prompt, no floors)."""
+    sim = inventory.HostEntry("a", ("gpu_nodes",), {"provisioner_simulated": True})
+    real = inventory.HostEntry("b", ("gpu_nodes",), {})
+    assert inventory.Inventory(Path("x"), {"a": sim, "b": real}).simulated is False
+    assert inventory.Inventory(Path("x"), {"a": sim}).simulated is True
+    assert inventory.Inventory(Path("x"), {}).simulated is False

@@ -252,3 +252,37 @@ def test_nccl_tests_output_is_parsed_and_judged(cluster_plan: plan_mod.ClusterPl
     reports["gpu-a"]["smoke_job"]["passes"]["nccl_tests"]["output"] = slow
     report = Report("r5", "smoke", "inv", simulated=False, started_at="now")
     assert fold_results(cluster_plan, report, tmp_path, reports, []) is False
+
+
+NCCL_HEADER = ("#       size         count      type   redop    root     time   algbw   busbw "
+               "#wrong     time   algbw   busbw #wrong\n"
+               "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+               "          (us)  (GB/s)  (GB/s)       \n")
+# Above hgx-h100-8gpu's intra-node floor (460 GB/s), so only #wrong decides.
+NCCL_ROW = ("  1073741824     268435456     float     sum      -1   3900.0  275.31  481.79      {w}"
+            "   3890.0  276.02  483.04      0\n")
+
+
+@pytest.mark.parametrize(("wrong", "passed"), [("0", True), ("3", False)])
+def test_nccl_tests_rows_with_wrong_results_fail(cluster_plan: plan_mod.ClusterPlan,
+                                                 tmp_path: Path, wrong: str,
+                                                 passed: bool) -> None:
+    """Fast but wrong is a failure: each row's #wrong counts, not only the busbw floor."""
+    report = Report("r6", "smoke", "inv", simulated=False, started_at="now")
+    reports = {"gpu-a": {"smoke_job": {"passes": {"nccl_tests": {
+        "rc": 0, "output": NCCL_HEADER + NCCL_ROW.format(w=wrong)}}}}}
+    assert fold_results(cluster_plan, report, tmp_path, reports, []) is passed
+    [run] = report.smoke["runs"]  # type: ignore[index]
+    assert run["allreduce"][0]["correct"] is passed
+    assert run["verdict"]["passed"] is passed
+    assert ("wrong results at 1 GiB" in run["verdict"]["summary"]) is not passed
+
+
+def test_passing_smoke_with_an_unreachable_node_fails(cluster_plan: plan_mod.ClusterPlan,
+                                                      tmp_path: Path) -> None:
+    report = Report("r7", "smoke", "inv", simulated=False, started_at="now")
+    reports = {"gpu-a": {"smoke_job": {"passes": {"nccl_tests": {
+        "rc": 0, "output": NCCL_HEADER + NCCL_ROW.format(w="0")}}}}}
+    assert fold_results(cluster_plan, report, tmp_path, reports, []) is True
+    report = Report("r8", "smoke", "inv", simulated=False, started_at="now")
+    assert fold_results(cluster_plan, report, tmp_path, reports, ["gpu-b"]) is False

@@ -31,6 +31,13 @@ def _report(simulated: bool = False) -> Report:
     return report
 
 
+def _suites(report: Report) -> list[ET.Element]:
+    """The suites of checks and phases (the last suite, "run", holds the verdict)."""
+    suites = ET.fromstring(report.junit()).findall("testsuite")
+    assert suites[-1].get("name", "").endswith("run")
+    return suites[:-1]
+
+
 def _cases(suite: ET.Element) -> dict[str, ET.Element]:
     return {case.get("name", ""): case for case in suite.findall("testcase")}
 
@@ -73,7 +80,7 @@ def test_controller_failure_without_host_stats_is_a_testcase() -> None:
         playbook="preflight.yml", status="failed", rc=4, duration_s=0.5,
         artifact_dir=Path("/nonexistent"),
         failures=[TaskFailure("controller", "preflight.yml", "ERROR! syntax error")]))
-    [suite] = ET.fromstring(report.junit()).findall("testsuite")
+    [suite] = _suites(report)
     failure = _cases(suite)["controller"].find("failure")
     assert failure is not None and failure.get("message") == "ERROR! syntax error"
 
@@ -92,7 +99,44 @@ def test_characters_xml_cannot_carry_are_replaced() -> None:
     report = Report("r3", "validate", "inv", simulated=False, started_at="now")
     report.checks.append(Check("gpu-a", "validate", "xid", "fail", "\x1b[31m79\x1b[0m", 0,
                                "bell \x07 nul \x00"))
-    [suite] = ET.fromstring(report.junit()).findall("testsuite")
+    [suite] = _suites(report)
     failure = _cases(suite)["gpu-a.xid"].find("failure")
     assert failure is not None
     assert failure.get("message") == "measured=?[31m79?[0m expected=0: bell ? nul ?"
+
+
+def _verdict(report: Report) -> ET.Element:
+    [case] = ET.fromstring(report.junit()).findall("testsuite")[-1].findall("testcase")
+    return case
+
+
+def test_a_failed_run_is_never_an_empty_or_green_file() -> None:
+    """A phase that failed with no host to blame (ansible-playbook stopped, was interrupted)
+    is a failed testcase itself, and the verdict case fails with the run."""
+    report = Report("r4", "up", "inv", simulated=False, started_at="now")
+    report.add_phase("preflight", PlaybookResult(
+        playbook="preflight.yml", status="canceled", rc=254, duration_s=0.5,
+        artifact_dir=Path("/nonexistent")))
+    report.notes.append("interrupted by SIGINT")
+    report.finish(130, "interrupted")
+    [suite] = _suites(report)
+    assert (suite.get("tests"), suite.get("failures")) == ("1", "1")
+    failure = _cases(suite)["preflight"].find("failure")
+    assert failure is not None and failure.get("message") == "preflight.yml: canceled (rc 254)"
+    verdict = _verdict(report).find("failure")
+    assert verdict is not None
+    assert verdict.get("message") == "interrupted: interrupted by SIGINT"
+
+
+def test_a_passed_run_has_a_passed_verdict_and_no_phase_case() -> None:
+    report = Report("r5", "validate", "inv", simulated=False, started_at="now")
+    report.add_phase("validate", PlaybookResult(
+        playbook="validate.yml", status="successful", rc=0, duration_s=0.5,
+        artifact_dir=Path("/nonexistent"), stats={"gpu-a": HostStats(ok=3)}))
+    report.finish(0)
+    [suite] = _suites(report)
+    assert set(_cases(suite)) == {"gpu-a"} and suite.get("failures") == "0"
+    assert list(_verdict(report)) == []
+    report.finish(1)
+    verdict = _verdict(report).find("failure")
+    assert verdict is not None and verdict.get("message") == "failed: exit code 1"

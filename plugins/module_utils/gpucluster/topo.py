@@ -20,6 +20,9 @@ _CONNECTION = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|N/A)$")
 _NVLINK = re.compile(r"^NV(\d+)$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 _GPU_NAME = re.compile(r"^GPU\d+$")
+# Where the matrix ends: "Legend:", "NIC Legend:", a legend entry ("  X    = Self",
+# "  NIC0: mlx5_0") even when the paste lost the block's title. Never a matrix row.
+_LEGEND_LINE = re.compile(r"^\s*(?:(?:NIC\s+)?legend\s*:?\s*$|\S+\s+=\s|NIC\d+\s*:)", re.IGNORECASE)
 
 # Column labels after the device columns, in the order nvidia-smi prints them.
 _LABELS = (
@@ -70,10 +73,7 @@ def parse_topo_matrix(text: str) -> dict[str, Any]:
     Raises ``ParseError`` when no matrix header is found.
     """
     lines = [strip_ansi(line).rstrip() for line in text.splitlines()]
-    legend_at = next(
-        (i for i, line in enumerate(lines) if line.strip().lower().startswith("legend")),
-        len(lines),
-    )
+    legend_at = next((i for i, line in enumerate(lines) if _LEGEND_LINE.match(line)), len(lines))
     table = [line.split() for line in lines[:legend_at]]
     first_row = next((i for i, tokens in enumerate(table) if _is_row_start(tokens)), None)
     if first_row is None:
@@ -81,7 +81,10 @@ def parse_topo_matrix(text: str) -> dict[str, Any]:
     header_tokens = [token for tokens in table[:first_row] for token in tokens]
     devices, labels = _split_header(header_tokens)
     if not devices:
-        raise ParseError("topology header has no device columns")
+        raise ParseError(
+            "topology header has no device columns (the line 'GPU0  GPU1 ...' above the "
+            "matrix is missing from the paste)"
+        )
 
     rows: list[list[str]] = []
     for tokens in table[first_row:]:

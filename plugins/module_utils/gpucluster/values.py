@@ -104,7 +104,9 @@ def to_bool(value: str | None) -> bool | None:
     return None
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# The OSC body stops at the next ESC: with "[^\x07]*" a line of many unterminated "ESC ]" made
+# each match attempt scan to the end of the text (quadratic; 20,000 of them took a second).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 def strip_ansi(text: str) -> str:
