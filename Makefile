@@ -8,7 +8,7 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint sanity unit e2e molecule bench down clean mutation
+.PHONY: up test deps system-deps lint sanity unit e2e e2e-pending molecule bench down clean mutation
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
@@ -47,17 +47,18 @@ sanity: deps
 unit: deps
 	$(BIN)/pytest -q
 
-# The whole flow on a simulated cluster (podman); leaves no containers behind.
+# The whole flow on a simulated cluster (podman); leaves no containers behind. Tests marked
+# `pending` belong to features not wired into `up` yet (their issue is open): `make e2e-pending`.
 e2e: deps
-	$(BIN)/pytest -q -m e2e tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
+	$(BIN)/pytest -q -m 'e2e and not pending' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
+
+e2e-pending: deps
+	$(BIN)/pytest -q -m 'e2e and pending' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
 
 molecule: deps
 	env_lines="$$($(PY) -m provisioner.sim.molecule_prep)" && export $$env_lines && \
 	  $(BIN)/molecule test --all; status=$$?; \
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
-
-# Writes bench/results/<timestamp>.json and prints the table; BENCH_ARGS=--controller-only
-# needs no cluster, BENCH_ARGS=--nodes=1,3,8,24 adds the 24-node rerun.
 
 # Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
 # `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill
@@ -66,6 +67,8 @@ MUTANTS ?=
 mutation: deps
 	$(BIN)/mutmut run $(MUTANTS); status=$$?; $(BIN)/mutmut results; exit $$status
 
+# Writes bench/results/<timestamp>.json and prints the table; BENCH_ARGS=--controller-only
+# needs no cluster, BENCH_ARGS=--nodes=1,3,8,24 adds the 24-node rerun.
 bench: deps
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 

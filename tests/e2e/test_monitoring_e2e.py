@@ -28,7 +28,10 @@ from provisioner.paths import collection_root, collections_path
 from provisioner.sim.tools.node import FAULTS_FILE, GPU_LOAD_FILE, IB_SYSFS, KERNEL_LOG
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
-pytestmark = pytest.mark.e2e
+# Pending (issue 13): the monitoring and node_health roles are not yet wired into `up` or the
+# simulated cluster's inventory ([monitoring] group, node_health path variables), so `make e2e`
+# leaves these out; `make e2e-pending` runs them.
+pytestmark = [pytest.mark.e2e, pytest.mark.pending]
 
 PROMETHEUS_PORT = 9090
 TIMER = "20s"
