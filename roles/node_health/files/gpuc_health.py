@@ -237,7 +237,7 @@ def ping_peers(opts: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    parser = Usage(prog="gpuc-health", description=__doc__.split("\n\n")[0])
+    parser = Usage(prog="gpuc-health", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--textfile", metavar="DIR",
                         help="also write Prometheus metrics into DIR (node_exporter's textfile "
