@@ -20,7 +20,10 @@ from tests.e2e.conftest import newest_report
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-pytestmark = pytest.mark.e2e
+# Pending (issue 11): on the simulated cluster the report lists no nccl-tests run with its
+# skip reason yet (the build step's skip does not reach the smoke report), and `sim up` has no
+# --os for a node whose Python differs; `make e2e-pending` runs these.
+pytestmark = [pytest.mark.e2e, pytest.mark.pending]
 
 
 @pytest.fixture(scope="module")
