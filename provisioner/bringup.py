@@ -3,7 +3,7 @@ folded into a Report. Never prints: progress goes to the callback the CLI suppli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,11 @@ UP_PHASES: tuple[tuple[str, str], ...] = (
     ("stack", "stack.yml"),
     ("fabric", "fabric.yml"),
     ("validate", "validate.yml"),
+    # Day two: gpuc-health and the exporters on every node, Prometheus + Alertmanager on the
+    # hosts of the inventory group [monitoring] (none: no server, said in the report's notes).
+    ("monitoring", "monitoring.yml"),
 )
+MONITORING_GROUP = "monitoring"
 VALIDATE_PHASES: tuple[tuple[str, str], ...] = (("validate", "validate.yml"),)
 SMOKE_PHASE = ("smoke", "smoke.yml")
 
@@ -42,6 +46,8 @@ class RunOptions:
     timeout_s: int = 7200
     check_mode: bool = False
     reboot_ok: bool = False
+    # How the smoke job starts: "direct" (torchrun on every node) or "slurm" (srun).
+    launcher: str = "direct"
 
 
 def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
@@ -95,9 +101,33 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             # fails the host on a mismatch, and the report must show that check as failed.
             report.checks.extend(stack_checks(plan, result.reports, completed=phase.ok,
                                               hosts_run=set(result.stats)))
+        if name == "monitoring":
+            report.notes.extend(monitoring_notes(plan, result.reports))
         if not phase.ok or any(c.status == "fail" for c in report.checks):
             return False
     return True
+
+
+def monitoring_notes(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Where Prometheus listens (the monitoring role publishes its URL per server host), or
+    why there is none: the lines `up` prints at its end and keeps in the report."""
+    if not any(MONITORING_GROUP in entry.groups for entry in plan.inventory.hosts.values()):
+        return [f"no [{MONITORING_GROUP}] group in the inventory: Prometheus and Alertmanager "
+                "were not installed (gpuc-health and the exporters were); put a host in "
+                f"[{MONITORING_GROUP}] to get them"]
+    # ansible_host of a simulated node is its container's address on the podman network.
+    where = (" (the container's address on the simulated cluster's podman network, reachable "
+             "from this machine)") if plan.simulated else ""
+    notes = []
+    for host, sections in sorted(reports.items()):
+        published = sections.get("monitoring")
+        if not isinstance(published, Mapping) or not published.get("prometheus_url"):
+            continue
+        url = str(published["prometheus_url"])
+        notes.append(f"Prometheus on {host}: {url}{where}; alerts page "
+                     f"{published.get('alerts_url', url)}, Alertmanager "
+                     f"{published.get('alertmanager_url', '?')}")
+    return notes
 
 
 def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: list[Path],
@@ -108,14 +138,16 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
 
     with wheelhouse_url(plan, cache_dir()) as url, display("smoke (smoke.yml)") as progress:
         result = run_playbook(SMOKE_PHASE[1], inventories, run_dir, f"{index:02d}-smoke",
-                              extravars=extravars(plan, report.run_id, run_dir, url),
+                              extravars=extravars(plan, report.run_id, run_dir, url,
+                                                  launcher=options.launcher),
                               limit=options.limit, timeout=options.timeout_s,
                               on_progress=progress)
     phase = report.add_phase("smoke", result)
     secure_run_dir(run_dir, report)
     raise_if_cancelled()
     unreachable = sorted(h for h, s in result.stats.items() if s.unreachable)
-    judged = fold_results(plan, report, run_dir, result.reports, unreachable)
+    judged = fold_results(plan, report, run_dir, result.reports, unreachable,
+                          launcher=options.launcher)
     return phase.ok and judged
 
 

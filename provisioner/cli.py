@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "ansible-core, then exit")
     _global_options(p, command=False)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    up = sub.add_parser("up", help="validate, preflight, install the stack, check, smoke job")
+    up = sub.add_parser("up", help="validate, preflight, install the stack, check, "
+                        "monitoring, smoke job")
     up.add_argument("--inventory", "-i", required=True)
     up.add_argument("--limit", help="Ansible host pattern to restrict the run to")
     up.add_argument("--skip-smoke", action="store_true", help="do not run the smoke job")
@@ -163,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     smk.add_argument("--inventory", "-i", required=True)
     smk.add_argument("--limit")
     smk.add_argument("--timeout", type=_seconds, default=1800, help="phase timeout (s)")
+    smk.add_argument("--launcher", choices=["direct", "slurm"], default=None,
+                     help="how the job starts: srun through Slurm (the default when the "
+                     "inventory has Slurm) or torchrun on every node directly")
     _json_option(smk, "the run's report")
 
     val = sub.add_parser("validate", help="check every GPU node against its hardware profile "
@@ -208,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     simup.add_argument("--inventory-dir", default=None,
                        help="where to write hosts.yml (default: inventories/sim)")
     simup.add_argument("--recreate", action="store_true")
+    from provisioner.sim.image import NODE_OSES
+
+    simup.add_argument("--os", default="debian12", choices=NODE_OSES,
+                       help="the OS of every node (default debian12); the others are imitated "
+                       "on a Debian userland")
     simsub.add_parser("down", help="remove the simulated cluster's containers and network")
     _finish(p)
     return p
@@ -439,10 +448,14 @@ def _up(args: argparse.Namespace) -> int:
                              "nothing was changed") from None
         if answer.strip().lower() not in ("y", "yes"):
             raise InputError("aborted: nothing was changed")
-    phases = bringup.UP_PHASES if args.skip_smoke or args.check else (
-        *bringup.UP_PHASES, bringup.SMOKE_PHASE)
+    from provisioner import slurm
+
+    scheduler = (slurm.SCHEDULER_PHASE,) if slurm.configured(cp) else ()
+    phases = (*bringup.UP_PHASES, *scheduler) if args.skip_smoke or args.check else (
+        *bringup.UP_PHASES, *scheduler, bringup.SMOKE_PHASE)
     return _run(args, cp, "up", phases, bringup.RunOptions(
-        limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot))
+        limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
+        launcher=slurm.choose_launcher(cp, None)))
 
 
 def _stacks(args: argparse.Namespace) -> int:
@@ -561,10 +574,12 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _smoke(args: argparse.Namespace) -> int:
-    from provisioner import bringup
+    from provisioner import bringup, slurm
 
-    return _run(args, _build(args.inventory), "smoke", (bringup.SMOKE_PHASE,),
-                bringup.RunOptions(limit=args.limit, timeout_s=args.timeout))
+    cp = _build(args.inventory)
+    return _run(args, cp, "smoke", (bringup.SMOKE_PHASE,),
+                bringup.RunOptions(limit=args.limit, timeout_s=args.timeout,
+                                   launcher=slurm.choose_launcher(cp, args.launcher)))
 
 
 def _build(inventory: str) -> ClusterPlan:
@@ -743,7 +758,7 @@ def _sim(args: argparse.Namespace) -> int:
         raise InputError("sim up: --nodes must be between 1 and 64")
     cpu_nodes = 1 if args.nodes >= 2 else 0
     spec = cluster.SimSpec(gpu_nodes=args.nodes - cpu_nodes, cpu_nodes=cpu_nodes,
-                           profile=args.profile, faults=tuple(args.fault))
+                           profile=args.profile, faults=tuple(args.fault), os=args.os)
     inv_dir = Path(args.inventory_dir) if args.inventory_dir else (
         workspace_root() / "inventories" / "sim")
     sc = cluster.up(spec, inv_dir, profiles[args.profile].sim_json(),

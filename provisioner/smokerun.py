@@ -100,13 +100,18 @@ def _local_address_towards(host: str) -> str:
             "check the node's ansible_host resolves and is routable from here") from None
 
 
-def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str) -> dict[str, Any]:
+def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
+              launcher: str = "direct") -> dict[str, Any]:
     first = plan.hosts[_first_gpu_host(plan)]
     gpus = first.profile.gpu_count if first.profile else 0
     out: dict[str, Any] = {
         "smoke_job_wheelhouse_url": url,
         "smoke_job_run_id": run_id,
         "smoke_job_artifacts_dir": str(run_dir / "smoke"),
+        "smoke_job_launcher": launcher,
+        # srun allocates the profile's GPUs per node (GRES), on the simulated cluster too,
+        # where the job itself then runs on CPUs.
+        "smoke_job_slurm_gpus_per_node": gpus,
     }
     if plan.simulated:
         # Simulated GPUs cannot run CUDA: gloo on CPU processes, no GPU count to expect.
@@ -122,7 +127,7 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str) -> dict[s
 
 def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                  reports: Mapping[str, Mapping[str, Any]],
-                 unreachable: list[str]) -> bool:
+                 unreachable: list[str], launcher: str = "direct") -> bool:
     """Judge each pass and put tables, checks and logs in the report. True when all passed."""
     out_dir = run_dir / "smoke"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +170,7 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
         ok = False
         report.notes.append("the smoke job produced no results"
                             + (f" (unreachable: {', '.join(unreachable)})" if unreachable else ""))
-    report.smoke = {"simulated": plan.simulated, "runs": runs}
+    report.smoke = {"simulated": plan.simulated, "launcher": launcher, "runs": runs}
     return ok and not unreachable
 
 

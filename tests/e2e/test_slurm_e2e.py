@@ -1,0 +1,146 @@
+"""Slurm on the 3-node simulated cluster (sim-login-1 is [slurm_controller], both GPU nodes are
+compute nodes): after `up` (its scheduler phase), `sinfo` on the controller lists every GPU node
+idle with gpu:h100:8, `srun -N2 hostname` runs on both, `up`'s smoke job went through srun
+and passed, and an NVLink fault on a running node makes Slurm's health check drain
+it with the failing check as the reason within one (10 s) interval. The node is healed and
+resumed at the end.
+
+Runs on the session's shared cluster (tests/e2e/conftest.py) with a short health check
+interval; gpuc-health, which the health check runs, comes with up's monitoring phase.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.sim.tools.node import FAULTS_FILE
+from tests.e2e.conftest import FirstUp, heal, newest_report
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+pytestmark = [pytest.mark.e2e]
+
+INTERVAL = 10  # seconds between two health checks of slurmd
+FAULT = "gpu3-nvlink-down"
+
+def groups(inventory: Path) -> dict[str, list[str]]:
+    data = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]
+    return {name: sorted(group.get("hosts") or {}) for name, group in data.items()}
+
+
+def on(node: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", "exec", node, *command], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def node_fields(controller: str, node: str) -> dict[str, str]:
+    """`scontrol show node` as key -> value (Reason keeps its spaces)."""
+    out = on(controller, "scontrol", "--oneliner", "show", "node", node).stdout.strip()
+    fields: dict[str, str] = {}
+    reason = out.partition(" Reason=")[2]
+    for item in out.partition(" Reason=")[0].split():
+        key, _sep, value = item.partition("=")
+        fields[key] = value
+    if reason:
+        fields["Reason"] = reason.split(" [", 1)[0]
+    return fields
+
+
+def eventually(what: str, probe: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(2)
+    pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp,
+            runs_dir: Path) -> Iterator[Path]:
+    """The session's cluster, healed, with slurmd's health check every INTERVAL seconds (the
+    override file is removed at the end; the next `up` puts the default back)."""
+    inv = heal(cli, sim_inventory, first_up)
+    assert groups(inv).get("slurm_controller"), "the simulated inventory has no [slurm_controller]"
+    override = inv / "slurm-e2e.yml"
+    override.write_text(yaml.safe_dump({"all": {"vars": {
+        "slurm_controller_health_check_interval": INTERVAL}}}))
+    try:
+        out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+        phases = [p["name"] for p in newest_report(runs_dir)["phases"]]
+        assert "scheduler" in phases, phases
+        yield inv
+    finally:
+        override.unlink()
+
+
+def test_sinfo_lists_every_gpu_node_idle_with_its_gres(cluster: Path) -> None:
+    g = groups(cluster)
+    controller = g["slurm_controller"][0]
+
+    def rows() -> set[tuple[str, ...]] | None:
+        out = on(controller, "sinfo", "-N", "-h", "-o", "%N %T %G").stdout
+        found = {tuple(line.split()) for line in out.splitlines() if line.strip()}
+        want = {(node, "idle", "gpu:h100:8") for node in g["gpu_nodes"]}
+        return found if found == want else None
+
+    eventually("every GPU node idle with gpu:h100:8", rows, timeout=60)
+    partitions = on(controller, "sinfo", "-h", "-o", "%P").stdout.split()
+    assert partitions == ["gpu*", "sim-h100-8gpu"], partitions
+
+
+def test_srun_runs_on_two_nodes(cluster: Path) -> None:
+    g = groups(cluster)
+    out = on(g["slurm_controller"][0], "srun", "-N2", "--time=1", "hostname", timeout=90)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split()) == g["gpu_nodes"]
+    gpus = on(g["slurm_controller"][0], "srun", "-N1", "--gpus-per-node=2", "--time=1", "sh",
+              "-c", "echo $CUDA_VISIBLE_DEVICES", timeout=90)
+    assert gpus.returncode == 0 and gpus.stdout.strip() == "0,1", gpus.stdout + gpus.stderr
+
+
+def test_up_ran_the_smoke_job_through_srun(first_up: FirstUp) -> None:
+    # The session's first `up` ran the smoke job; with Slurm configured it goes through srun.
+    assert first_up.returncode == 0, first_up.stdout[-3000:] + first_up.stderr
+    smoke = first_up.report["smoke"]
+    assert smoke["launcher"] == "slurm"
+    runs = {run["label"]: run for run in smoke["runs"]}
+    assert runs["inter-node"]["nnodes"] == 2, runs
+    assert all(run["verdict"]["passed"] for run in runs.values()), runs
+    assert "launched by slurm" in first_up.stdout
+
+
+def test_a_fault_drains_the_node_with_the_failing_check(cluster: Path) -> None:
+    g = groups(cluster)
+    controller, node = g["slurm_controller"][0], g["gpu_nodes"][-1]
+    assert "DRAIN" not in node_fields(controller, node).get("State", "")
+    start = time.monotonic()
+    assert on(node, "sh", "-c", f"echo {FAULT} >> {FAULTS_FILE}").returncode == 0
+    try:
+        def drained() -> dict[str, str] | None:
+            fields = node_fields(controller, node)
+            return fields if "DRAIN" in fields.get("State", "") else None
+
+        # One interval, plus slurmd's start offset and gpuc-health's own run time.
+        fields = eventually(f"{node} drained", drained, timeout=INTERVAL * 3 + 20)
+        took = time.monotonic() - start
+        assert fields["Reason"].startswith("gpuc: gpu3_nvlink"), fields
+        print(f"{node} drained after {took:.0f} s: {fields['Reason']}")
+        other = node_fields(controller, g["gpu_nodes"][0])
+        assert "DRAIN" not in other.get("State", ""), other
+    finally:
+        on(node, "sed", "-i", f"/^{FAULT}$/d", FAULTS_FILE)
+        on(controller, "scontrol", "update", f"NodeName={node}", "State=RESUME")
+    # Healed and resumed: the next health check leaves it alone.
+    time.sleep(INTERVAL + 5)
+    fields = node_fields(controller, node)
+    assert fields.get("State") == "IDLE", fields
