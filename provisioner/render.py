@@ -191,8 +191,9 @@ def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
     smoke = _clean(smoke)
     for run in smoke.get("runs", []):
         sim = "SIMULATED " if smoke.get("simulated") else ""
+        via = f", launched by {smoke['launcher']}" if smoke.get("launcher") else ""
         title = (f"{sim}smoke: {run.get('label')} all-reduce ({run.get('backend')}, "
-                 f"{run.get('world_size')} ranks on {run.get('nnodes')} node(s))")
+                 f"{run.get('world_size')} ranks on {run.get('nnodes')} node(s){via})")
         table = Table(title=escape(title))
         for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "correct"):
             table.add_column(col, justify="right")

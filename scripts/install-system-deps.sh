@@ -5,8 +5,10 @@
 set -euo pipefail
 
 # prometheus: for promtool (make test checks and unit-tests the monitoring role's rules).
+# rpm, createrepo-c: the simulated mirror's rpm repository for imitated Rocky 9 nodes.
+# chromium: the monitoring e2e test screenshots Prometheus' alerts page with it (headless).
 PACKAGES=(podman runc netavark aardvark-dns iptables debootstrap gnupg dpkg-dev apt-utils
-          openssh-client make curl prometheus)
+          openssh-client make curl prometheus rpm createrepo-c chromium)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -24,6 +24,23 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  lock_timeout:
+    description:
+      - Seconds apt and dpkg wait for the package manager's lock (C(DPkg::Lock::Timeout)) held
+        by another process, such as unattended-upgrades right after boot, before failing.
+    type: int
+    default: 300
+  retries:
+    description:
+      - How many times a command that failed on a transient mirror error (fetch failures,
+        HTTP 5xx, connection or name-resolution errors) is tried again, with C(retry_delay)
+        doubling after each try. Other failures are not retried.
+    type: int
+    default: 3
+  retry_delay:
+    description: Seconds before the first retry; doubles after each.
+    type: float
+    default: 5
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -48,10 +65,77 @@ changed_packages:
 """
 
 import os
+import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+
+# What marks a failure as the mirror's or the network's (worth another try), in apt's and dnf's
+# output: apt prints "E: Failed to fetch URL  503  Service Unavailable" or "Temporary failure
+# resolving", dnf "Curl error (7): Couldn't connect" or "Cannot download ... Status code: 503".
+TRANSIENT = re.compile(
+    r"Failed to fetch|Temporary failure resolving|Could not resolve|Could not connect|"
+    r"Connection (?:failed|timed out|refused)|Unable to connect|Hash Sum mismatch|"
+    r"\b(?:500|502|503|504)\b|Curl error|Cannot download|Status code: 5\d\d|"
+    r"Some index files failed to download", re.IGNORECASE)
+# The lock held by another process past lock_timeout.
+LOCKED = re.compile(r"Could not get lock|Unable to acquire the dpkg frontend lock|"
+                    r"is another process using it", re.IGNORECASE)
+
+
+def apt_options(module):
+    """apt-get/apt-mark options every call gets: wait for the lock, let apt retry a download
+    itself, keep a changed configuration file without asking (a prompt would hang the run)."""
+    return ["-o", "DPkg::Lock::Timeout=%d" % module.params["lock_timeout"],
+            "-o", "Acquire::Retries=%d" % module.params["retries"],
+            "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+
+
+def error_line(out, err):
+    """The line that says what went wrong: apt's first "E:" line (the last one is often only
+    "E: Unable to correct problems" or a summary), dpkg's or dnf's "Error:" line; else the last
+    non-empty line of stderr, then of stdout."""
+    lines = [ln.strip() for ln in (err or "").splitlines() + (out or "").splitlines()]
+    for pattern in (r"^E: (?!Sub-process .* returned an error code)", r"^dpkg: error",
+                    r"^Error:", r"^E: "):
+        found = [ln for ln in lines if re.match(pattern, ln)]
+        if found:
+            return found[0]
+    for text in (err, out):
+        rest = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+        if rest:
+            return rest[-1]
+    return "no output"
+
+
+def run_retrying(module, cmd, what, environ_update=None):
+    """Run ``cmd``; on a transient mirror error try again (``retries`` times, backoff from
+    ``retry_delay``). Fails the module with the meaningful error line and the tries made."""
+    tries = module.params["retries"] + 1
+    delay = module.params["retry_delay"]
+    attempts = []
+    for attempt in range(1, tries + 1):
+        rc, out, err = module.run_command(cmd, environ_update=environ_update)
+        if rc == 0:
+            return out, attempts
+        line = error_line(out, err)
+        attempts.append(line)
+        if LOCKED.search(out + err):
+            module.fail_json(
+                msg="%s failed: the package manager's lock is held by another process "
+                    "(unattended-upgrades at boot?) for more than lock_timeout=%ds: %s"
+                    % (what, module.params["lock_timeout"], line),
+                rc=rc, stdout=out, stderr=err, cmd=cmd, attempts=attempts)
+        if not TRANSIENT.search(out + err) or attempt == tries:
+            break
+        time.sleep(delay)
+        delay *= 2
+    suffix = " (after %d tries)" % len(attempts) if len(attempts) > 1 else ""
+    module.fail_json(msg="%s failed%s: %s" % (what, suffix, line), rc=rc, stdout=out,
+                     stderr=err, cmd=cmd, attempts=attempts)
+    return out, attempts
 
 
 def dpkg_state(module, names):
@@ -97,20 +181,16 @@ def apt_apply(module, wanted, state):
     apt_mark = module.get_bin_path("apt-mark", required=True)
     if need:
         cmd = [apt_get, "install", "-y", "-q", "--no-install-recommends", "--allow-downgrades",
-               "--allow-change-held-packages"]
+               "--allow-change-held-packages"] + apt_options(module)
         cmd += ["%s=%s" % (p["name"], p["version"]) for p in need]
-        rc, out, err = module.run_command(cmd, environ_update=APT_ENV)
-        if rc != 0:
-            module.fail_json(msg="apt-get install of the pinned versions failed", rc=rc,
-                             stdout=out, stderr=err, cmd=cmd)
+        run_retrying(module, cmd, "apt-get install of the pinned versions", APT_ENV)
         changed += [p["name"] for p in need]
     names = [p["name"] for p in wanted]
     after = dpkg_state(module, names)
     unheld = [n for n in names if not after.get(n, ("", False, False))[1]]
     if unheld:
-        rc, out, err = module.run_command([apt_mark, "hold"] + unheld, environ_update=APT_ENV)
-        if rc != 0:
-            module.fail_json(msg="apt-mark hold failed", rc=rc, stdout=out, stderr=err)
+        run_retrying(module, [apt_mark] + apt_options(module)[:2] + ["hold"] + unheld,
+                     "apt-mark hold", APT_ENV)
         changed += unheld
     return sorted(set(changed))
 
@@ -121,32 +201,42 @@ def apt_remove(module, names, state):
         return present
     apt_mark = module.get_bin_path("apt-mark", required=True)
     apt_get = module.get_bin_path("apt-get", required=True)
-    module.run_command([apt_mark, "unhold"] + present, environ_update=APT_ENV)
-    rc, out, err = module.run_command([apt_get, "remove", "-y", "-q"] + present,
-                                      environ_update=APT_ENV)
-    if rc != 0:
-        module.fail_json(msg="apt-get remove failed", rc=rc, stdout=out, stderr=err)
+    run_retrying(module, [apt_mark] + apt_options(module)[:2] + ["unhold"] + present,
+                 "apt-mark unhold", APT_ENV)
+    run_retrying(module, [apt_get, "remove", "-y", "-q"] + apt_options(module) + present,
+                 "apt-get remove", APT_ENV)
     return present
+
+
+def dnf_locked(module, dnf, pkg):
+    """Whether ``dnf versionlock list`` holds ``pkg`` at its version (epoch optional)."""
+    rc, out, _err = module.run_command([dnf, "-q", "versionlock", "list"])
+    if rc != 0:
+        return False
+    epoch, _sep, evr = pkg["version"].rpartition(":")
+    wanted = {"%s-%s:%s.*" % (pkg["name"], epoch or "0", evr), "%s-%s.*" % (pkg["name"], evr)}
+    return any(line.strip() in wanted for line in out.splitlines())
 
 
 def dnf_apply(module, wanted, state):
     need = [p for p in wanted if state[p["name"]][0] != p["version"].split(":", 1)[-1]
             and state[p["name"]][0] != p["version"]]
-    if module.check_mode or not need:
-        return [p["name"] for p in need]
     dnf = module.get_bin_path("dnf", required=True)
+    unlocked = [p for p in wanted if p not in need and not dnf_locked(module, dnf, p)]
+    if module.check_mode or not (need or unlocked):
+        return [p["name"] for p in need + unlocked]
     specs = ["%s-%s" % (p["name"], p["version"].split(":", 1)[-1]) for p in need]
     names = [p["name"] for p in need]
-    module.run_command([dnf, "versionlock", "delete"] + names)
-    rc, out, err = module.run_command([dnf, "install", "-y", "--allowerasing"] + specs)
-    if rc != 0:
-        module.fail_json(msg="dnf install of the pinned versions failed", rc=rc, stdout=out,
-                         stderr=err)
+    if need:
+        module.run_command([dnf, "versionlock", "delete"] + names)
+        run_retrying(module, [dnf, "install", "-y", "--allowerasing"] + specs,
+                     "dnf install of the pinned versions")
+    specs += ["%s-%s" % (p["name"], p["version"].split(":", 1)[-1]) for p in unlocked]
     rc, out, err = module.run_command([dnf, "versionlock", "add"] + specs)
     if rc != 0:
         module.fail_json(msg="dnf versionlock failed (is python3-dnf-plugin-versionlock "
                              "installed?)", rc=rc, stdout=out, stderr=err)
-    return names
+    return names + [p["name"] for p in unlocked]
 
 
 def main():
@@ -154,6 +244,9 @@ def main():
         argument_spec=dict(
             packages=dict(type="list", elements="dict", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            lock_timeout=dict(type="int", default=300),
+            retries=dict(type="int", default=3),
+            retry_delay=dict(type="float", default=5),
         ),
         supports_check_mode=True,
     )

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from provisioner.matrix.packages import PackagePin, packages_for, packages_map
+from provisioner.matrix.packages import PackagePin, packages_for
 from provisioner.matrix.resolve import ResolvedStack, check_cluster, resolve_stack
 from provisioner.matrix.schema import STACKS_FILE, Stack, StackMatrix, load_matrix
 from provisioner.matrix.versions import COMPONENTS, FAMILIES, FLAVORS
@@ -27,7 +27,6 @@ __all__ = [
     "check_cluster",
     "load_matrix",
     "packages_for",
-    "packages_map",
     "resolve_stack",
     "stack_detail",
     "stack_rows",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provisioner.errors import InputError
 from provisioner.matrix.versions import (
@@ -243,22 +243,3 @@ def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePi
         pins.extend(PackagePin(component, name, version) for name, version
                     in component_pins(resolved, component, family, resolved.module_flavor))
     return pins
-
-
-def packages_map(resolved: ResolvedStack) -> dict[str, Any]:
-    """The resolved pins of every family (both driver flavours, the fabric manager always
-    listed) as {family: {component: [{name, version}]}}; apt_ubuntu lists its driver only."""
-    def entries(specs: list[tuple[str, str]]) -> list[dict[str, str]]:
-        return [{"name": name, "version": version} for name, version in specs]
-
-    out: dict[str, Any] = {}
-    for family in FAMILIES:
-        drivers = {flavor: entries(component_pins(resolved, "driver", family, flavor))
-                   for flavor in FLAVORS}
-        fam: dict[str, Any] = {"driver": drivers}
-        if family != "apt_ubuntu":
-            for component in COMPONENTS[1:]:
-                fam[component] = entries(component_pins(resolved, component, family,
-                                                        resolved.module_flavor))
-        out[family] = fam
-    return out

@@ -49,11 +49,22 @@ class SimSpec:
     profile: str = "sim-h100-8gpu"
     faults: tuple[str, ...] = ()
     suite: str = "bookworm"
+    # The OS every node runs (image.NODE_OSES): debian12 is the Debian `suite`; the others
+    # are imitated on a Debian userland (provisioner/sim/image.py).
+    os: str = "debian12"
 
     def digest(self) -> str:
-        raw = json.dumps([self.gpu_nodes, self.cpu_nodes, self.profile, sorted(self.faults),
-                          self.suite])
-        return hashlib.sha256(raw.encode()).hexdigest()[:12]
+        """The cluster's shape: nodes, profile, OS. Faults are not part of it: `sim up` with
+        other faults rewrites the fault files of the running nodes (``apply_faults``) instead
+        of recreating them, so an installed stack survives fault injection."""
+        fields: list[object] = [self.gpu_nodes, self.cpu_nodes, self.profile, self.suite]
+        if self.os != "debian12":
+            fields.append(self.os)
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:12]
+
+    def image_key(self) -> str:
+        """What image.ensure_image builds this spec's nodes from."""
+        return self.suite if self.os == "debian12" else self.os
 
     def node_names(self) -> list[tuple[str, str]]:
         """(name, group) pairs."""
@@ -97,16 +108,50 @@ def down(progress: Progress | None = None) -> int:
     return clear_stale(progress)
 
 
-def _running_matches(spec: SimSpec) -> bool:
+def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
+    """None when the containers of ``spec``'s shape are not all there; else the stopped ones
+    (a node killed by a test or stopped by podman keeps its disk and can be started again)."""
     names = set(podman.list_ids("container", {**SCOPE, SPEC_LABEL: spec.digest()}))
     wanted = {name for name, _ in spec.node_names()} | {MIRROR}
     if names != wanted:
-        return False
-    for name in wanted:
+        return None
+    stopped = []
+    for name in sorted(wanted):
         info = podman.inspect("container", name)
-        if not info or not info.get("State", {}).get("Running"):
-            return False
-    return True
+        if not info:
+            return None
+        if not info.get("State", {}).get("Running"):
+            stopped.append(name)
+    return stopped
+
+
+# What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
+FAULT_FILES = ("etc/gpu-sim/faults",)
+
+
+def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) -> None:
+    """Give every running GPU node exactly the faults of ``spec`` (none heals it): its fault
+    file, the simulated kernel log and the InfiniBand sysfs tree, the same content a new node
+    gets. Nothing else on the node changes."""
+    kernel = os.uname().release
+    log = SIM_KERNEL_LOG.lstrip("/")
+    ib_root = SIM_IB_SYSFS.lstrip("/")
+    for name, group in spec.node_names():
+        if group != "gpu_nodes":
+            continue
+        faults = for_node(name, spec.faults)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for path, data, mode in sim_files(group, dict(profile_json, hostname=name), faults,
+                                              kernel):
+                if path in FAULT_FILES or path == log or path.startswith(ib_root + "/"):
+                    if data is None:
+                        _add_dir(tar, path, mode)
+                    elif mode != -1:
+                        _add_file(tar, path, data, mode)
+        podman.run(["exec", name, "rm", "-rf", SIM_IB_SYSFS])
+        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
+        say(f"{name}: faults now {', '.join(faults) if faults else 'none'}")
 
 
 def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
@@ -124,20 +169,27 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     keydir.mkdir(parents=True, exist_ok=True)
     inventory_dir.mkdir(parents=True, exist_ok=True)
     cluster = SimCluster(spec=spec, inventory_dir=inventory_dir)
-    if not recreate and _running_matches(spec) and (inventory_dir / "hosts.yml").is_file():
+    stopped = None if recreate else _stopped_if_same_shape(spec)
+    if stopped is not None:
         cluster.reused = True
+        for name in stopped:
+            podman.run(["start", name])
+            say(f"started stopped node {name} again (its disk is kept)")
         cluster.addresses = _addresses(spec)
-        mirror = _build_mirror()  # cheap when nothing changed; picks up stacks.yml edits
+        if stopped:
+            _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
+        apply_faults(spec, profile_json, say)
+        mirror = _build_mirror(spec)  # cheap when nothing changed; picks up stacks.yml edits
         _write_inventory(cluster, mirror.fingerprint)
-        say("reusing the running simulated cluster (same spec)")
+        say("reusing the running simulated cluster (same nodes, profile and OS)")
         return cluster
     clear_stale(say)
-    image = ensure_image(spec.suite)
+    image = ensure_image(spec.image_key())
     say(f"node image {image.name}")
     podman.run(["network", "create", *_labels(spec), NETWORK])
     client_key = _ensure_client_key(keydir)
     kernel = os.uname().release
-    mirror = _build_mirror()
+    mirror = _build_mirror(spec)
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
     _start_mirror(spec, image.name)
     known_hosts: list[tuple[str, str]] = []
@@ -158,10 +210,11 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     return cluster
 
 
-def _build_mirror() -> Mirror:
+def _build_mirror(spec: SimSpec) -> Mirror:
     from provisioner.matrix import STACKS_FILE
 
-    return build_mirror(mirror_dir(), STACKS_FILE)
+    # The rpm repositories need rpmbuild and createrepo_c: built for Rocky nodes only.
+    return build_mirror(mirror_dir(), STACKS_FILE, rpm=spec.os == "rocky9")
 
 
 def _labels(spec: SimSpec) -> list[str]:
@@ -267,6 +320,18 @@ SIM_IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
 SIM_DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
 
 
+# A simulated cluster is a demo and a test bed: a fault injected into a running node shows in
+# gpuc-health within 15 s and fires its alert within a minute, instead of the production
+# periods (a 2 min timer, 30 s scrapes, alerts held 5-15 min).
+SIM_MONITORING_PERIODS: dict[str, str] = {
+    "node_health_interval": "15s",
+    "node_health_latency_interval": "15s",
+    "monitoring_scrape_interval": "5s",
+    "monitoring_evaluation_interval": "5s",
+    "monitoring_alert_for_override": "20s",
+}
+
+
 def sim_inventory_vars() -> dict[str, Any]:
     """Role parameters whose real defaults name kernel interfaces a container lacks, set to
     the simulated node's stand-ins; plus the flag that marks every report SIMULATED."""
@@ -275,7 +340,28 @@ def sim_inventory_vars() -> dict[str, Any]:
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_kernel_log": SIM_KERNEL_LOG,
+        "node_health_ib_sysfs_root": SIM_IB_SYSFS,
+        "node_health_kernel_log": SIM_KERNEL_LOG,
+        **SIM_MONITORING_PERIODS,
     }
+
+
+
+# Slurm is on in the simulated cluster: the first login node runs slurmctld. A container has no
+# cgroup tree of its own for slurmd to manage (linuxproc tracking, no task containment, no
+# cgroup.conf) and its slurmd has no NVML: gres.conf lists the device files the simulator makes.
+SIM_SLURM_VARS: dict[str, Any] = {
+    "slurm_controller_proctrack_type": "proctrack/linuxproc",
+    "slurm_controller_task_plugin": "task/none",
+    "slurm_node_cgroup": False,
+    "slurm_node_gres_autodetect": False,
+}
+
+
+def sim_slurm_groups(spec: SimSpec) -> dict[str, dict[str, Any]]:
+    """The [slurm_controller] group: the first CPU node, when there is one."""
+    login = [name for name, group in spec.node_names() if group == "cpu_nodes"]
+    return {"slurm_controller": {"hosts": {login[0]: {}}}} if login else {}
 
 
 DEVICES_UNIT = "gpu-sim-devices.service"
@@ -440,6 +526,10 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
         if group == "gpu_nodes":
             host["gpu_profile"] = cluster.spec.profile
         groups[group]["hosts"][name] = host
+    groups.update(sim_slurm_groups(cluster.spec))
+    # Prometheus + Alertmanager on the first CPU node (the first GPU node without one).
+    monitor = next(iter(groups["cpu_nodes"]["hosts"] or groups["gpu_nodes"]["hosts"]))
+    groups["monitoring"] = {"hosts": {monitor: {}}}
     data = {
         "all": {
             "vars": {
@@ -453,6 +543,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                 "gpu_package_source_dir": str(mirror_dir()),
                 "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
                 **sim_inventory_vars(),
+                **SIM_SLURM_VARS,
             },
             "children": groups,
         }

@@ -1,9 +1,16 @@
-"""Build (once, cached) the Debian node image used by the simulated cluster and by molecule.
+"""Build (once, cached) the node images used by the simulated cluster and by molecule.
 
-The image is a debootstrap'ed Debian with systemd and sshd, imported into podman. Its name
-carries a hash of the recipe below, so a changed recipe builds a new image and an unchanged one
-is reused; the rootfs tarball is cached outside the checkout so a wiped podman store re-imports
-in seconds instead of re-running debootstrap.
+The Debian image is a debootstrap'ed Debian with systemd and sshd, imported into podman. Its
+name carries a hash of the recipe below, so a changed recipe builds a new image and an
+unchanged one is reused; the rootfs tarball is cached outside the checkout so a wiped podman
+store re-imports in seconds instead of re-running debootstrap.
+
+The other OSes NVIDIA ships for are IMITATED on that Debian userland (their archives are not
+reachable here): an Ubuntu node is the Debian rootfs with Ubuntu's /etc/os-release and
+/etc/lsb-release, so Ansible's facts say Ubuntu and the roles take their Ubuntu paths; a Rocky
+node adds Debian's dnf, rpm and libmodulemd and Rocky's release files (and drops
+/etc/debian_version), so the facts say RedHat 9 with dnf and modular filtering is dnf's own.
+Each derived image starts from the cached Debian rootfs tarball (no second debootstrap).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.errors import EnvironmentProblem
+from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import cache_dir
 from provisioner.sim import podman
 
@@ -46,18 +53,135 @@ rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 """
 
 
+
+def _os_release(fields: dict[str, str]) -> str:
+    return "".join(f'{key}="{value}"\n' for key, value in fields.items())
+
+
+# Ubuntu's own /etc/os-release and /etc/lsb-release of these point releases (as the releases
+# ship them, URLs left out). Ansible reads the distribution from them; the Debian userland
+# underneath answers everything else.
+_UBUNTU = {
+    "22.04": ("22.04.5", "jammy", "Jammy Jellyfish"),
+    "24.04": ("24.04.3", "noble", "Noble Numbat"),
+}
+
+
+def _ubuntu_identity(release: str) -> str:
+    point, codename, nickname = _UBUNTU[release]
+    os_release = _os_release({
+        "PRETTY_NAME": f"Ubuntu {point} LTS", "NAME": "Ubuntu", "VERSION_ID": release,
+        "VERSION": f"{point} LTS ({nickname})", "VERSION_CODENAME": codename, "ID": "ubuntu",
+        "ID_LIKE": "debian", "UBUNTU_CODENAME": codename})
+    lsb = (f"DISTRIB_ID=Ubuntu\nDISTRIB_RELEASE={release}\nDISTRIB_CODENAME={codename}\n"
+           f'DISTRIB_DESCRIPTION="Ubuntu {point} LTS"\n')
+    return _identity_script(os_release, {"/etc/lsb-release": lsb})
+
+
+# Rocky Linux 9.6's /etc/os-release (PLATFORM_ID makes dnf's modular platform el9) and
+# /etc/rocky-release, with the redhat-release and system-release links Rocky ships.
+_ROCKY9_OS_RELEASE = _os_release({
+    "NAME": "Rocky Linux", "VERSION": "9.6 (Blue Onyx)", "ID": "rocky",
+    "ID_LIKE": "rhel centos fedora", "VERSION_ID": "9.6", "PLATFORM_ID": "platform:el9",
+    "PRETTY_NAME": "Rocky Linux 9.6 (Blue Onyx)", "ANSI_COLOR": "0;32",
+    "CPE_NAME": "cpe:/o:rocky:rocky:9::baseos"})
+_ROCKY9_SETUP = r"""
+# Debian's rpm keeps its database under ~/.rpmdb; a RHEL node keeps it in /var/lib/rpm.
+mkdir -p /etc/rpm /var/lib/rpm /etc/yum.repos.d /etc/dnf/vars /etc/dnf/plugins
+printf '%%_dbpath /var/lib/rpm\n' > /etc/rpm/macros.dbpath
+rpm --initdb
+# No release package in the empty rpm database tells dnf the release.
+printf '9\n' > /etc/dnf/vars/releasever
+# Debian enables dnf's `local` plugin, which fails on a missing repository.
+printf '[main]\nenabled=0\n' > /etc/dnf/plugins/local.conf
+# Rocky's dnf.conf (Debian's skips unavailable repositories, Rocky's does not).
+printf '[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=True\n' \
+  > /etc/dnf/dnf.conf
+printf 'best=True\nskip_if_unavailable=False\n' >> /etc/dnf/dnf.conf
+printf 'Rocky Linux release 9.6 (Blue Onyx)\n' > /etc/rocky-release
+ln -sf rocky-release /etc/redhat-release
+ln -sf rocky-release /etc/system-release
+# Without it Ansible's facts say Debian (pkg_mgr apt) whatever os-release says.
+rm -f /etc/debian_version
+# The OS packages the roles install (the RDMA userspace) come from Rocky's own repositories,
+# which are not reachable here: Debian's builds are installed (the packages above) and
+# registered in the rpm database under Rocky's package names, so dnf finds them installed.
+# Version 0, release "debian": no Rocky version is claimed.
+mkdir -p /tmp/os-rpms
+for name in rdma-core libibverbs-utils infiniband-diags perftest; do
+  printf '%s\n' "Name: $name" "Version: 0" "Release: debian" \
+    "Summary: SIMULATED stand-in for $name (Debian's build underneath)" \
+    "License: LicenseRef-simulated" "BuildArch: x86_64" "AutoReqProv: no" \
+    "%description" "SIMULATED stand-in." "%files" > /tmp/os-rpms/$name.spec
+  rpmbuild -bb --quiet --define "_topdir /tmp/os-rpms/top" /tmp/os-rpms/$name.spec
+done
+rpm -i --nodeps /tmp/os-rpms/top/RPMS/x86_64/*.rpm
+rm -rf /tmp/os-rpms
+# A RHEL node has no apt or dpkg-query: tools that look for them to pick a package manager
+# must see an rpm system.
+rm -f /usr/bin/dpkg-query /usr/bin/apt /usr/bin/apt-get /usr/bin/apt-cache /usr/bin/apt-mark
+"""
+
+
+def _identity_script(os_release: str, extra: dict[str, str]) -> str:
+    lines = ["set -eu", "rm -f /etc/os-release /usr/lib/os-release"]
+    for path, text in {"/usr/lib/os-release": os_release, **extra}.items():
+        lines.append(f"cat > {path} <<'GPUC_EOF'\n{text}GPUC_EOF")
+    lines.append("ln -s ../usr/lib/os-release /etc/os-release")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Imitation:
+    """An OS imitated on the Debian userland of ``suite``."""
+
+    suite: str
+    packages: tuple[str, ...]
+    setup: str  # shell, run in the rootfs after the packages are installed
+
+
+IMITATIONS: dict[str, Imitation] = {
+    "ubuntu2204": Imitation("bookworm", (), _ubuntu_identity("22.04")),
+    "ubuntu2404": Imitation("bookworm", (), _ubuntu_identity("24.04")),
+    "rocky9": Imitation(
+        "bookworm",
+        ("dnf", "python3-dnf", "rpm", "dnf-plugins-core", "gir1.2-modulemd-2.0", "python3-gi",
+         "libmodulemd-tools", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"),
+        _identity_script(_ROCKY9_OS_RELEASE, {}) + _ROCKY9_SETUP),
+}
+# Every OS a node image can be built for: NVIDIA's repository directory names, plus rocky9.
+NODE_OSES: tuple[str, ...] = (*SUITES.values(), *IMITATIONS)
+_OS_SUITE = {os_dir: suite for suite, os_dir in SUITES.items()}
+
+
 @dataclass(frozen=True)
 class NodeImage:
     suite: str
     name: str  # podman image reference
+    os: str = "debian12"
+
+
+def _debian_recipe(suite: str) -> str:
+    return "\n".join([suite, ",".join(PACKAGES), POST_SETUP])
 
 
 def image_for(suite: str = "bookworm") -> NodeImage:
+    """The image of a Debian suite (bookworm, trixie) or of an OS name (debian12, ubuntu2404,
+    rocky9, ...)."""
+    if suite in _OS_SUITE:
+        suite = _OS_SUITE[suite]
+    if suite in IMITATIONS:
+        imitation = IMITATIONS[suite]
+        recipe = "\n".join([_debian_recipe(imitation.suite), ",".join(imitation.packages),
+                            imitation.setup])
+        digest = hashlib.sha256(recipe.encode()).hexdigest()[:10]
+        return NodeImage(suite=imitation.suite, name=f"localhost/gpuc-node:{suite}-{digest}",
+                         os=suite)
     if suite not in SUITES:
-        raise EnvironmentProblem(f"unknown Debian suite {suite!r}: choose one of {sorted(SUITES)}")
-    recipe = "\n".join([suite, ",".join(PACKAGES), POST_SETUP])
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:10]
-    return NodeImage(suite=suite, name=f"localhost/gpuc-node:{SUITES[suite]}-{digest}")
+        raise InputError(f"unknown node OS {suite!r}: choose one of {', '.join(NODE_OSES)}")
+    digest = hashlib.sha256(_debian_recipe(suite).encode()).hexdigest()[:10]
+    return NodeImage(suite=suite, name=f"localhost/gpuc-node:{SUITES[suite]}-{digest}",
+                     os=SUITES[suite])
 
 
 def ensure_image(suite: str = "bookworm") -> NodeImage:
@@ -65,15 +189,49 @@ def ensure_image(suite: str = "bookworm") -> NodeImage:
     image = image_for(suite)
     if podman.run(["image", "exists", image.name], check=False).returncode == 0:
         return image
-    tarball = cache_dir() / "images" / (image.name.split(":")[1] + ".tar")
+    tarball = _tarball(image)
     if not tarball.is_file():
-        _build_rootfs_tar(suite, tarball)
+        if image.os in IMITATIONS:
+            base = image_for(image.suite)
+            if not _tarball(base).is_file():
+                _build_rootfs_tar(base.suite, _tarball(base))
+            _build_imitation_tar(_tarball(base), IMITATIONS[image.os], tarball)
+        else:
+            _build_rootfs_tar(suite, tarball)
     with tarball.open("rb") as fh:
         podman.run(["import", "--change", 'CMD ["/sbin/init"]',
                     "--change", f"LABEL {podman.LABEL}=true",
                     "--change", "STOPSIGNAL SIGRTMIN+3",
                     "-", image.name], input_bytes=fh.read(), timeout=600)
     return image
+
+
+def _tarball(image: NodeImage) -> Path:
+    return cache_dir() / "images" / (image.name.split(":")[1] + ".tar")
+
+
+def _build_imitation_tar(base: Path, imitation: Imitation, tarball: Path) -> None:
+    """The Debian rootfs of ``base``, its extra packages installed from Debian's archive and
+    the imitated OS's identity written over it."""
+    with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        root.mkdir()
+        _check(["tar", "-C", str(root), "--numeric-owner", "-xf", str(base)],
+               "unpacking the Debian node rootfs")
+        if imitation.packages:
+            shutil.copyfile("/etc/resolv.conf", root / "etc" / "resolv.conf")
+            install = ("set -eu\nexport DEBIAN_FRONTEND=noninteractive\napt-get update -qq\n"
+                       "apt-get install -y -qq --no-install-recommends "
+                       f"{' '.join(imitation.packages)}\napt-get clean\n"
+                       "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin\n")
+            _check(["chroot", str(root), "/bin/sh", "-c", install],
+                   "installing the imitated OS's packages", timeout=1200)
+        _check(["chroot", str(root), "/bin/sh", "-c", imitation.setup],
+               "writing the imitated OS's identity")
+        partial = tarball.with_suffix(".partial")
+        _check(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
+               "tar of the node rootfs")
+        partial.rename(tarball)
 
 
 def _build_rootfs_tar(suite: str, tarball: Path) -> None:

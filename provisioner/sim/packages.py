@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provisioner.errors import InputError
 from provisioner.matrix import COMPONENTS, FLAVORS, StackMatrix, load_matrix
 from provisioner.matrix.packages import stack_pins
 from provisioner.sim.bundle import daemon_script, tool_script
@@ -28,8 +29,6 @@ from provisioner.sim.mirror import (
     simulated_driver_package,
 )
 
-OS_DIR = "debian12"
-CUDA_REPO = f"cuda/{OS_DIR}/x86_64"
 CTK_REPO = "libnvidia-container/stable/deb/amd64"
 KEY_PATH = "keys/mirror.asc"
 
@@ -50,7 +49,8 @@ def _unit(description: str, exec_start: str) -> str:
 def package_for(component: str, flavor: str | None, name: str, version: str,
                 stack: Mapping[str, Any]) -> SimPackage:
     up = _upstream(version)
-    if component == "driver" and name.startswith("cuda-drivers"):
+    # The package that brings nvidia-smi: cuda-drivers-<B> (apt), nvidia-driver-cuda (dnf).
+    if component == "driver" and (name.startswith("cuda-drivers") or name == "nvidia-driver-cuda"):
         base = simulated_driver_package(name, version, str(stack["cuda_version"]),
                                         tool_script("nvidia_smi"))
         persist = daemon_script("nvidia-persistenced",
@@ -69,7 +69,7 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
             f"/usr/src/nvidia-{up}/SIMULATED": "simulated kernel module sources\n",
             "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
         }, description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
-    if component == "fabricmanager" and "fabricmanager" in name:
+    if component == "fabricmanager" and ("fabricmanager" in name or "fabric-manager" in name):
         return SimPackage(name=name, version=version, files={
             "/usr/bin/nv-fabricmanager": daemon_script("nv-fabricmanager"),
             "/usr/lib/gpu-sim/fabricmanager-version": f"{up}\n",
@@ -139,26 +139,119 @@ def dcgm_exporter_package() -> SimPackage:
         description=f"NVIDIA DCGM exporter {up} (simulated)")
 
 
-def all_packages(matrix: StackMatrix) -> tuple[list[SimPackage], list[SimPackage]]:
-    """(CUDA-repo packages, container-toolkit-repo packages), de-duplicated by name+version:
-    the apt pins of every Debian 12 stack, both driver flavours and the fabric manager."""
-    exporter = dcgm_exporter_package()
-    cuda: dict[tuple[str, str], SimPackage] = {(exporter.name, exporter.version): exporter}
-    ctk: dict[tuple[str, str], SimPackage] = {}
+# The apt repositories the mirror serves, by NVIDIA's directory name, and the package family of
+# their driver packages (every other component is named as on Debian: packages.py conventions).
+APT_OS_DIRS: dict[str, str] = {"debian12": "apt", "ubuntu2204": "apt_ubuntu",
+                               "ubuntu2404": "apt_ubuntu"}
+# The rpm repository (provisioner/sim/rpmrepo.py), built only for a cluster that needs it.
+OS_DIRS: dict[str, str] = {**APT_OS_DIRS, "rhel9": "dnf"}
+
+Key = tuple[str, str]
+
+
+def cuda_repo(os_dir: str) -> str:
+    """Where NVIDIA keeps an OS's CUDA repository, relative to the mirror root."""
+    return f"cuda/{os_dir}/x86_64"
+
+
+def _split(version: str) -> tuple[str, str, str]:
+    """'1:3.3.6' -> ('1:', '3.3.6', ''); '2.21.5-1+cuda12.4' -> ('', '2.21.5', '-1+cuda12.4')."""
+    epoch, _, rest = version.rpartition(":")
+    upstream, dash, revision = rest.rpartition("-")
+    if not dash:
+        upstream, revision = rest, ""
+    return (f"{epoch}:" if epoch else ""), upstream, (f"-{revision}" if dash else "")
+
+
+def _step(version: str, delta: int) -> str | None:
+    """``version`` with the last number of its upstream part moved by ``delta`` (its width
+    kept: 570.124.06 -> 570.124.07), or None when that would go below zero."""
+    epoch, upstream, revision = _split(version)
+    match = re.search(r"(\d+)(\D*)$", upstream)
+    if match is None:
+        return None
+    value = int(match.group(1)) + delta
+    if value < 0:
+        return None
+    digits = str(value).zfill(len(match.group(1)))
+    return f"{epoch}{upstream[:match.start(1)]}{digits}{match.group(2)}{revision}"
+
+
+def decoy_versions(version: str, taken: set[str]) -> tuple[str, str]:
+    """An older and a newer release of a pinned package that no stack pins (``taken``: every
+    pinned version of that package). NVIDIA's repositories carry every release of a package,
+    so a pin that names no version, or the wrong one, visibly installs another release."""
+    newer = _step(version, 1)
+    delta = 1
+    while newer is not None and newer in taken:
+        delta += 1
+        newer = _step(version, delta)
+    older: str | None = None
+    delta = -1
+    while True:
+        older = _step(version, delta)
+        if older is None or older not in taken:
+            break
+        delta -= 1
+    if older is None:  # 9.8.0 -> a pre-release of it, which dpkg and rpm sort first
+        epoch, upstream, revision = _split(version)
+        older = f"{epoch}{upstream}~pre1{revision}"
+    if newer is None:
+        raise ValueError(f"no newer version of {version!r} can be derived")
+    return older, newer
+
+
+def _pins(matrix: StackMatrix, os_dir: str) -> dict[str, dict[Key, tuple[str, str | None,
+                                                                          dict[str, str]]]]:
+    """{repo: {(name, version): (component, flavor, stack info)}} of every stack pin of
+    ``os_dir``, for repo 'cuda' and 'ctk' (the container toolkit's repository)."""
+    out: dict[str, dict[Key, tuple[str, str | None, dict[str, str]]]] = {"cuda": {}, "ctk": {}}
+    driver_family = OS_DIRS[os_dir]
+    other_family = "dnf" if driver_family == "dnf" else "apt"
     for stack in matrix.stacks.values():
-        if OS_DIR not in stack.os_support:
+        if os_dir not in stack.os_support:
             continue
         info = {"cuda_version": stack.cuda_version}
         for component in COMPONENTS:
+            family = driver_family if component == "driver" else other_family
             flavors: tuple[str | None, ...] = FLAVORS if component == "driver" else (None,)
             for flavor in flavors:
                 pins = stack_pins(stack, matrix.naming_facts, component,
-                                  "apt", flavor or stack.driver.default_module_flavor)
+                                  family, flavor or stack.driver.default_module_flavor)
                 for key in pins:
-                    target = ctk if component == "container_toolkit" else cuda
-                    if key not in target:
-                        target[key] = package_for(component, flavor, *key, info)
-    return list(cuda.values()), list(ctk.values())
+                    repo = "ctk" if component == "container_toolkit" else "cuda"
+                    out[repo].setdefault(key, (component, flavor, info))
+    return out
+
+
+def _with_decoys(pins: Mapping[Key, tuple[str, str | None, dict[str, str]]]
+                 ) -> list[SimPackage]:
+    """The pinned packages, and an older and a newer release of each that no stack pins."""
+    taken: dict[str, set[str]] = {}
+    for name, version in pins:
+        taken.setdefault(name, set()).add(version)
+    out: dict[Key, SimPackage] = {}
+    for (name, version), (component, flavor, info) in pins.items():
+        out[(name, version)] = package_for(component, flavor, name, version, info)
+    for (name, version), (component, flavor, info) in pins.items():
+        for decoy in decoy_versions(version, taken[name]):
+            if (name, decoy) not in out:
+                out[(name, decoy)] = package_for(component, flavor, name, decoy, info)
+    return list(out.values())
+
+
+def all_packages(matrix: StackMatrix, os_dir: str = "debian12"
+                 ) -> tuple[list[SimPackage], list[SimPackage]]:
+    """(CUDA-repo packages, container-toolkit-repo packages) of ``os_dir``'s repositories: the
+    apt (dnf for rhel9) pins of every stack of that OS (both driver flavours, the fabric
+    manager), each with an older and a newer release beside it, and the unpinned
+    dcgm-exporter."""
+    if os_dir not in OS_DIRS:
+        raise InputError(f"the simulated mirror has no {os_dir!r} repository; choose one "
+                         f"of {', '.join(OS_DIRS)}")
+    pins = _pins(matrix, os_dir)
+    exporter = dcgm_exporter_package()
+    return [exporter, *_with_decoys(pins["cuda"])], _with_decoys(pins["ctk"])
 
 
 @dataclass(frozen=True)
@@ -167,16 +260,29 @@ class Mirror:
     fingerprint: str
 
 
-def build_mirror(root: Path, stacks_file: Path) -> Mirror:
-    """Build (or refresh, cheaply) the signed simulated mirror under root."""
+def build_mirror(root: Path, stacks_file: Path, rpm: bool = False) -> Mirror:
+    """Build (or refresh, cheaply) the signed simulated mirror under root; with ``rpm``, its
+    rpm repositories too (they need rpmbuild and createrepo_c on the controller)."""
     matrix = load_matrix(stacks_file)
-    cuda_pkgs, ctk_pkgs = all_packages(matrix)
     key = ensure_signing_key(root.parent / "mirror-key")
     pool = root.parent / "mirror-pool"
-    cuda_debs = build_packages(cuda_pkgs, pool / "cuda")
-    ctk_debs = build_packages(ctk_pkgs, pool / "ctk")
-    build_flat_repo(cuda_debs, root / CUDA_REPO, key)
-    build_flat_repo(ctk_debs, root / CTK_REPO, key)
+    cuda_by_os: dict[str, list[SimPackage]] = {}
+    ctk_union: dict[str, SimPackage] = {}
+    for os_dir in APT_OS_DIRS:
+        cuda_pkgs, ctk_pkgs = all_packages(matrix, os_dir)
+        cuda_by_os[os_dir] = cuda_pkgs
+        ctk_union.update((p.deb_filename, p) for p in ctk_pkgs)
+    cuda_union = {p.deb_filename: p for pkgs in cuda_by_os.values() for p in pkgs}
+    cuda_debs = dict(zip(cuda_union, build_packages(cuda_union.values(), pool / "cuda"),
+                         strict=True))
+    for os_dir, pkgs in cuda_by_os.items():
+        build_flat_repo([cuda_debs[p.deb_filename] for p in pkgs], root / cuda_repo(os_dir), key)
+    build_flat_repo(build_packages(ctk_union.values(), pool / "ctk"), root / CTK_REPO, key)
+    if rpm:
+        from provisioner.sim.rpmrepo import build_rpm_mirror
+
+        rpm_cuda, rpm_ctk = all_packages(matrix, "rhel9")
+        build_rpm_mirror(root, {cuda_repo("rhel9"): rpm_cuda}, rpm_ctk, key)
     keyfile = root / KEY_PATH
     keyfile.parent.mkdir(parents=True, exist_ok=True)
     armored = key.armored.read_bytes()

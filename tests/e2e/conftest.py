@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,16 @@ BIN = shutil.which("provisioner", path=str(Path(sys.executable).parent)) or "pro
 HERE = Path(__file__).resolve().parent
 
 
+# Modules that build clusters of another shape (other OS, other node count): they run after
+# every module of the shared cluster, which they replace.
+OWN_CLUSTER_MODULES = ("test_os_matrix_e2e.py",)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: Path(str(item.path)).name in OWN_CLUSTER_MODULES)
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +55,73 @@ def newest_report(runs: Path) -> dict[str, Any]:
     assert reports, f"no report under {runs}"
     data: dict[str, Any] = json.loads(reports[-1].read_text())
     return data
+
+
+# ONE simulated cluster for the whole e2e session: created once, brought up once (the full `up`,
+# smoke included), then shared. Each test starts from `healthy_cluster`: `sim up` with no fault
+# reuses the running nodes, gives them back their fault-free files and starts a node a test
+# stopped; the installed stack stays, so later tests rerun `up` on a converged cluster instead of
+# installing from scratch. A test that injects faults does it with `sim up --fault` (rewrites the
+# running nodes' fault files) or edits a node with `podman exec`, and restores what it edited.
+SIM_NODES = ("sim-login-1", "sim-gpu-1", "sim-gpu-2")
+
+
+@pytest.fixture(scope="session")
+def sim_inventory(cli: Callable[..., subprocess.CompletedProcess[str]],
+                  tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
+    inv = tmp_path_factory.mktemp("inv")
+    out = cli("sim", "up", "--nodes", "3", "--recreate", "--inventory-dir", str(inv))
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "SIMULATED" in out.stdout
+    return inv
+
+
+@dataclass(frozen=True)
+class FirstUp:
+    """The session's first `provisioner up` on the fresh cluster (smoke included)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def first_up(cli: Callable[..., subprocess.CompletedProcess[str]], sim_inventory: Path,
+             runs_dir: Path) -> FirstUp:
+    out = cli("up", "--inventory", str(sim_inventory), "--yes")
+    return FirstUp(out.returncode, out.stdout, out.stderr, newest_report(runs_dir))
+
+
+@pytest.fixture
+def healthy_cluster(cli: Callable[..., subprocess.CompletedProcess[str]], sim_inventory: Path,
+                    first_up: FirstUp) -> Path:
+    """The shared cluster after its first `up`, every fault healed and every node running."""
+    return heal(cli, sim_inventory, first_up)
+
+
+def heal(cli: Callable[..., subprocess.CompletedProcess[str]], inventory: Path,
+         first_up: FirstUp) -> Path:
+    assert first_up.returncode == 0, first_up.stdout[-3000:] + first_up.stderr
+    out = cli("sim", "up", "--nodes", "3", "--inventory-dir", str(inventory))
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert "reusing the running simulated cluster" in out.stdout + out.stderr
+    _resume_drained(inventory)
+    return inventory
+
+
+def _resume_drained(inventory: Path) -> None:
+    """Slurm's health check drains a node an earlier test faulted and never resumes it (the
+    product's behaviour): healing the cluster includes resuming them."""
+    import yaml
+
+    groups = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]
+    controllers = sorted((groups.get("slurm_controller") or {}).get("hosts") or {})
+    if not controllers:
+        return
+    podman = shutil.which("podman") or "podman"
+    out = subprocess.run([podman, "exec", controllers[0], "sinfo", "-R", "-h", "-o", "%n"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    for node in sorted(set(out.stdout.split())):
+        subprocess.run([podman, "exec", controllers[0], "scontrol", "update", f"NodeName={node}",
+                        "State=RESUME"], capture_output=True, timeout=60, check=False)

@@ -1,7 +1,7 @@
-"""The whole flow on a 3-node simulated cluster: up (preflight, stack, fabric, validate, smoke),
-a rerun that changes nothing, the plain Ansible path agreeing with up, injected faults that
-validation must catch, and a node killed in the middle of the smoke job. Order matters: the
-tests share one cluster and go from healthy to broken."""
+"""The whole flow on a 3-node simulated cluster: up (preflight, stack, fabric, validate,
+monitoring, smoke), a rerun that changes nothing, the plain Ansible path agreeing with up,
+injected faults that validation must catch, and a node killed in the middle of the smoke job.
+Order matters: the tests share one cluster and go from healthy to broken."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import plan as plan_mod
-from tests.e2e.conftest import newest_report
+from tests.e2e.conftest import SIM_NODES, FirstUp, newest_report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,25 +26,20 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def inventory(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
-    inv = tmp_path_factory.mktemp("inv")
-    out = cli("sim", "up", "--nodes", "3", "--recreate", "--inventory-dir", str(inv))
-    assert out.returncode == 0, out.stderr + out.stdout
-    assert "SIMULATED" in out.stdout
-    return inv
+@pytest.fixture
+def inventory(healthy_cluster: Path) -> Path:
+    return healthy_cluster
 
 
-def test_up_brings_the_simulated_cluster_up(cli: Cli, inventory: Path, runs_dir: Path) -> None:
-    out = cli("up", "--inventory", str(inventory), "--yes")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
-    assert "SIMULATED CLUSTER" in out.stdout
-    report = newest_report(runs_dir)
+def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
+    assert first_up.returncode == 0, first_up.stdout[-3000:] + first_up.stderr
+    assert "SIMULATED CLUSTER" in first_up.stdout
+    report = first_up.report
     assert report["simulated"] is True and "SIMULATED" in report
     assert [p["name"] for p in report["phases"]] == ["preflight", "stack", "fabric", "validate",
-                                                      "smoke"]
+                                                      "monitoring", "scheduler", "smoke"]
     assert all(p["ok"] for p in report["phases"])
-    assert set(report["phases"][0]["hosts"]) == {"sim-login-1", "sim-gpu-1", "sim-gpu-2"}
+    assert set(report["phases"][0]["hosts"]) == set(SIM_NODES)
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert failed == []
     names = {(c["host"], c["phase"], c["name"]) for c in report["checks"]}
@@ -63,7 +58,8 @@ def test_rerun_changes_nothing(cli: Cli, inventory: Path, runs_dir: Path) -> Non
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     report = newest_report(runs_dir)
     changed = {p["name"]: p["changed"] for p in report["phases"]}
-    assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0}
+    assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0,
+                       "monitoring": 0, "scheduler": 0}
 
 
 def test_check_mode_on_a_converged_cluster_reports_no_change(cli: Cli, inventory: Path,
@@ -107,7 +103,7 @@ def test_plain_ansible_path_and_up_agree(cli: Cli, inventory: Path, runs_dir: Pa
                            "playbooks/site.yml")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     counters = recap(out.stdout)
-    assert set(counters) == {"sim-login-1", "sim-gpu-1", "sim-gpu-2"}, out.stdout[-1500:]
+    assert set(counters) == set(SIM_NODES), out.stdout[-1500:]
     assert {h: c["changed"] for h, c in counters.items()} == dict.fromkeys(counters, 0), (
         out.stdout[-3000:])
     assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counters.values())
@@ -115,7 +111,8 @@ def test_plain_ansible_path_and_up_agree(cli: Cli, inventory: Path, runs_dir: Pa
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     report = newest_report(runs_dir)
     changed = {p["name"]: p["changed"] for p in report["phases"]}
-    assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0}
+    assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0,
+                       "monitoring": 0, "scheduler": 0}
 
 
 def test_injected_faults_are_caught_by_validation(cli: Cli, inventory: Path,
@@ -138,8 +135,6 @@ def test_injected_faults_are_caught_by_validation(cli: Cli, inventory: Path,
 
 def test_killing_a_node_ends_the_smoke_job_with_a_failure_naming_it(
         cli: Cli, inventory: Path, runs_dir: Path) -> None:
-    out = cli("sim", "up", "--nodes", "3", "--inventory-dir", str(inventory))
-    assert out.returncode == 0, out.stderr
     killer = threading.Thread(target=_kill_during_inter_pass, args=("sim-gpu-2",), daemon=True)
     killer.start()
     started = time.monotonic()

@@ -1,7 +1,8 @@
 """Every stack check compares what a node measures with what the plan decided, and fails on a
 node whose installed state differs: headers and tools rewritten in a running node with
 `podman exec`, and the simulator's faults for nvcc and the driver. The tests share one 3-node
-cluster (one login node, sim-gpu-1, sim-gpu-2); each injection is undone before the next test.
+cluster of the session (one login node, sim-gpu-1, sim-gpu-2); each injection is undone before
+the next test.
 
 Not covered here: stack:fabricmanager measures the installed package, which `up` re-converges
 before it measures, so a node cannot be left with another fabric manager version (its failure
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from provisioner.judge import first_three, upstream
-from tests.e2e.conftest import newest_report
+from tests.e2e.conftest import FirstUp, newest_report
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -72,19 +73,13 @@ def planned(report: dict[str, Any], host: str) -> dict[str, str]:
     return stack
 
 
-@pytest.fixture(scope="module")
-def inventory(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
-    inv = tmp_path_factory.mktemp("inv-measured")
-    out = cli("sim", "up", "--nodes", "3", "--recreate", "--inventory-dir", str(inv))
-    assert out.returncode == 0, out.stderr + out.stdout
-    out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
-    return inv
+@pytest.fixture
+def inventory(healthy_cluster: Path) -> Path:
+    return healthy_cluster
 
 
-def test_a_healthy_node_measures_what_the_plan_says(cli: Cli, inventory: Path,
-                                                    runs_dir: Path) -> None:
-    report = newest_report(runs_dir)
+def test_a_healthy_node_measures_what_the_plan_says(first_up: FirstUp) -> None:
+    report = first_up.report
     checks = stack_checks(report)
     for host in GPU_NODES:
         names = {name for h, name in checks if h == host}

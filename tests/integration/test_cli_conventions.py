@@ -246,7 +246,7 @@ def fake_project(tmp_path: Path, version: str = "0.0.1", check: str = "pass") ->
                                      f"version: {version}\n")
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     (root / "playbooks" / "site.yml").write_text("[]\n")
-    for phase in ("preflight", "stack", "fabric", "validate"):
+    for phase in ("preflight", "stack", "fabric", "validate", "monitoring"):
         (root / "playbooks" / f"{phase}.yml").write_text(yaml.safe_dump([{
             "name": f"Test | {phase} stand-in", "hosts": "all", "gather_facts": False,
             "tasks": [{"name": f"Test | {phase} report", "ansible.builtin.set_fact": {

@@ -37,7 +37,7 @@ def project(tmp_path: Path, tasks: dict[str, list[dict[str, Any]]]) -> Path:
     (root / "galaxy.yml").write_text("namespace: gpucluster\nname: provisioner\nversion: 0.0.1\n")
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     (root / "playbooks" / "site.yml").write_text("[]\n")
-    for phase in ("preflight", "stack", "fabric", "validate"):
+    for phase in ("preflight", "stack", "fabric", "validate", "monitoring"):
         default = [{"name": f"Test | {phase} report", "ansible.builtin.set_fact": {
             f"{phase}_report": {"checks": [{"name": "gpu_count", "status": "pass",
                                             "measured": 8, "expected": 8,

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
+import pytest
+
 from provisioner.profiles import load_profiles
-from provisioner.sim.cluster import SimSpec, sim_files, sim_inventory_vars
+from provisioner.sim import cluster as cluster_mod
+from provisioner.sim.cluster import SimSpec, apply_faults, sim_files, sim_inventory_vars
 from provisioner.sim.faults import for_node
 from provisioner.sim.image import image_for
 
@@ -28,7 +33,10 @@ def test_node_names_and_spec_digest() -> None:
     spec = SimSpec(gpu_nodes=2, cpu_nodes=1)
     assert spec.node_names() == [("sim-login-1", "cpu_nodes"), ("sim-gpu-1", "gpu_nodes"),
                                  ("sim-gpu-2", "gpu_nodes")]
-    assert spec.digest() != SimSpec(gpu_nodes=2, cpu_nodes=1, faults=("gpu1-missing",)).digest()
+    # Faults are not the cluster's shape: `sim up --fault` rewrites running nodes' files.
+    assert spec.digest() == SimSpec(gpu_nodes=2, cpu_nodes=1, faults=("gpu1-missing",)).digest()
+    assert spec.digest() != SimSpec(gpu_nodes=3, cpu_nodes=1).digest()
+    assert spec.digest() != SimSpec(gpu_nodes=2, cpu_nodes=1, suite="trixie").digest()
     assert SimSpec(gpu_nodes=1, cpu_nodes=0).node_names() == [("sim-gpu-1", "gpu_nodes")]
 
 
@@ -116,3 +124,47 @@ def test_molecule_scenarios_get_their_inventory_the_sim_variables_and_the_plan(
     default = yaml.safe_load((dest / "default" / "plan.yml").read_text())["all"]["hosts"]
     assert set(default) == {"gpuc-mol-login-1", "gpuc-mol-gpu-1", "gpuc-mol-gpu-2"}
     assert "nvidia_repo_stack_packages" not in default["gpuc-mol-login-1"]
+
+
+def test_faults_are_injected_into_running_nodes_and_healed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], bytes | None]] = []
+
+    def fake_run(args: list[str], *, input_bytes: bytes | None = None,
+                 **_kw: object) -> subprocess.CompletedProcess[bytes]:
+        calls.append((list(args), input_bytes))
+        return subprocess.CompletedProcess(args, 0, b"", b"")
+
+    monkeypatch.setattr(cluster_mod.podman, "run", fake_run)
+
+    def pushed(spec: SimSpec) -> dict[str, dict[str, bytes]]:
+        calls.clear()
+        apply_faults(spec, PROFILE, lambda _msg: None)
+        out: dict[str, dict[str, bytes]] = {}
+        for args, data in calls:
+            if args[0] == "cp":
+                node = args[-1].split(":")[0]
+                with tarfile.open(fileobj=io.BytesIO(data or b"")) as tar:
+                    out[node] = {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                                 for m in tar.getmembers() if m.isfile()}
+        # The old IB tree goes first, so a healed port does not keep a stale file.
+        assert [a for a, _ in calls if a[0] == "exec"] == [
+            ["exec", n, "rm", "-rf", cluster_mod.SIM_IB_SYSFS] for n in out]
+        return out
+
+    faulty = pushed(SimSpec(faults=("sim-gpu-2:mlx5_1-down", "sim-gpu-2:gpu3-xid-79")))
+    assert set(faulty) == {"sim-gpu-1", "sim-gpu-2"}  # GPU nodes only, every one of them
+    assert faulty["sim-gpu-2"]["etc/gpu-sim/faults"] == b"mlx5_1-down\ngpu3-xid-79\n"
+    assert faulty["sim-gpu-1"]["etc/gpu-sim/faults"] == b""
+    log = cluster_mod.SIM_KERNEL_LOG.lstrip("/")
+    assert [x["xid"] for x in parse_xid(faulty["sim-gpu-2"][log].decode())] == [79]
+    assert parse_xid(faulty["sim-gpu-1"][log].decode()) == []
+    state = f"{cluster_mod.SIM_IB_SYSFS.lstrip('/')}/mlx5_1/ports/1/state"
+    assert b"DOWN" in faulty["sim-gpu-2"][state] and b"ACTIVE" in faulty["sim-gpu-1"][state]
+    # Only fault-carrying files travel: no profile, no stand-in tool, no device script.
+    assert all(p in (log, "etc/gpu-sim/faults") or p.startswith("var/lib/gpu-sim/sysfs/")
+               for p in faulty["sim-gpu-2"])
+    healed = pushed(SimSpec())
+    assert healed["sim-gpu-2"]["etc/gpu-sim/faults"] == b""
+    assert b"ACTIVE" in healed["sim-gpu-2"][state]
+    assert parse_xid(healed["sim-gpu-2"][log].decode()) == []

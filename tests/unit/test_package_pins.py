@@ -18,7 +18,6 @@ from provisioner.matrix import (
     ResolvedStack,
     load_matrix,
     packages_for,
-    packages_map,
     resolve_stack,
 )
 from tests.unit.pin_cases import OVERRIDE_CASES
@@ -55,10 +54,3 @@ def test_stack_pins_unchanged(key: str) -> None:
 def test_override_pins_unchanged(case: str) -> None:
     r = _resolve(OVERRIDE_CASES[case], True)
     assert {f: _pins(r, f) for f in FAMILIES} == SNAPSHOT["overrides"][case]
-    assert packages_map(r) == SNAPSHOT["packages_map"][case]
-
-
-@pytest.mark.parametrize("stack", sorted(MATRIX.stacks))
-def test_packages_map_unchanged(stack: str) -> None:
-    r = resolve_stack("gpu-01", {"gpu_stack": stack}, None, MATRIX)
-    assert packages_map(r) == SNAPSHOT["packages_map"][stack]

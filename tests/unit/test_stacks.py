@@ -19,7 +19,6 @@ from provisioner.matrix import (
     check_cluster,
     load_matrix,
     packages_for,
-    packages_map,
     resolve_stack,
     stack_detail,
     stack_rows,
@@ -500,17 +499,6 @@ def test_packages_for_cuda_major_change_renames_cudnn_and_dcgm() -> None:
     assert {"libcudnn9-cuda-13", "datacenter-gpu-manager-4-cuda13", "cuda-toolkit-13-0",
             "nvidia-fabricmanager", "libnvidia-nscq"} <= names
     assert not any(n.endswith("cuda-12") or n.endswith("cuda12") for n in names)
-
-
-def test_packages_map_follows_overrides_in_every_family() -> None:
-    r = resolve({"gpu_stack": "cuda-12.9", "nvidia_driver_version": "580.95.05"})
-    out = packages_map(r)
-    assert out["apt"]["driver"]["proprietary"][0] == {"name": "nvidia-kernel-dkms",
-                                                      "version": "580.95.05-1"}
-    assert out["apt_ubuntu"]["driver"]["open"][0]["name"] == "nvidia-driver-580-open"
-    assert out["dnf"]["fabricmanager"][0] == {"name": "nvidia-fabricmanager",
-                                              "version": "580.95.05-1"}
-    assert out["apt"]["nccl"][0]["version"] == "2.27.3-1+cuda12.9"  # not overridden
 
 
 def test_packages_for_unknown_family() -> None:

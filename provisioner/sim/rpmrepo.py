@@ -1,0 +1,233 @@
+"""The simulated mirror's rpm repositories, for imitated Rocky 9 nodes.
+
+Laid out like NVIDIA's: ``cuda/rhel9/x86_64/`` (with the driver shipped as dnf module streams,
+a ``modules.yaml`` in its repodata) and ``libnvidia-container/stable/rpm/x86_64/``. Packages are
+built with ``rpmbuild`` from the same SIMULATED stand-ins as the apt mirror (an older and a newer
+release beside every pin), signed with the mirror's key (``rpmsign``, so ``gpgcheck=1`` is
+real), indexed with ``createrepo_c``; ``modifyrepo_c`` adds the module metadata, so dnf's
+modular filtering hides the driver until its stream is enabled.
+
+Idempotent like the apt mirror: unchanged inputs rebuild nothing and leave the repodata alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from provisioner.errors import InputError
+from provisioner.files import sha256_file
+from provisioner.sim.mirror import (
+    SOURCE_DATE_EPOCH,
+    SigningKey,
+    SimPackage,
+    _gpg_agent,
+    _read_manifest,
+    _run,
+    _write_if_changed,
+    require_tools,
+)
+
+CTK_RPM_REPO = "libnvidia-container/stable/rpm/x86_64"
+ARCH = "x86_64"
+_BUILD_MANIFEST = ".simulated-build-manifest.json"
+_REPO_DIGEST = ".simulated-repo-digest"
+# Debian paths the stand-ins use -> where the EL packages put the same files.
+_EL_PATHS = (
+    ("/usr/include/x86_64-linux-gnu/", "/usr/include/"),  # cudnn_version_v9.h (libcudnn9-devel)
+    ("/lib/systemd/system/", "/usr/lib/systemd/system/"),
+)
+_MODULE_PACKAGES = {
+    # NVIDIA's RHEL 8/9 streams: <branch>-open carries the open kernel modules, <branch>-dkms
+    # the proprietary ones, both the user space [DIG] (NVIDIA driver installation guide, "Red
+    # Hat Enterprise Linux 9": `dnf module enable nvidia-driver:<stream>`).
+    "open": ("kmod-nvidia-open-dkms", "nvidia-driver-cuda"),
+    "dkms": ("kmod-nvidia-latest-dkms", "nvidia-driver-cuda"),
+}
+
+
+def evr(version: str) -> tuple[str, str, str]:
+    """'3:570.124.06-1.el9' -> ('3', '570.124.06', '1.el9'); no epoch -> ''."""
+    epoch, _, rest = version.rpartition(":")
+    upstream, dash, release = rest.rpartition("-")
+    if not dash:
+        raise InputError(f"rpm version {version!r} has no release")
+    return epoch, upstream, release
+
+
+def rpm_filename(pkg: SimPackage) -> str:
+    _epoch, version, release = evr(pkg.version)
+    return f"{pkg.name}-{version}-{release}.{ARCH}.rpm"
+
+
+def nevra(pkg: SimPackage) -> str:
+    epoch, version, release = evr(pkg.version)
+    return f"{pkg.name}-{epoch or '0'}:{version}-{release}.{ARCH}"
+
+
+def _el_path(path: str) -> str:
+    for debian, el in _EL_PATHS:
+        if path.startswith(debian):
+            return el + path[len(debian):]
+    return path
+
+
+def _spec(pkg: SimPackage, files: Iterable[str]) -> str:
+    epoch, version, release = evr(pkg.version)
+    # No %post: it would make the package require /bin/sh, which no rpm of an imitated node
+    # provides (its userland is Debian's). No automatic dependencies for the same reason.
+    lines = [f"Name: {pkg.name}"] + ([f"Epoch: {epoch}"] if epoch else []) + [
+        f"Version: {version}", f"Release: {release}", f"Summary: {pkg.summary}",
+        "License: LicenseRef-simulated", f"BuildArch: {ARCH}", "AutoReqProv: no",
+        "%description", "Built by gpu-cluster-provisioner for a simulated cluster: it contains "
+        "no NVIDIA software.", "%install", "cp -a %{_stagedir}/. %{buildroot}/", "%files"]
+    lines += [f'"{path}"' for path in sorted(files)]
+    return "\n".join(lines) + "\n"
+
+
+def _digest(pkg: SimPackage) -> str:
+    data = {"name": pkg.name, "version": pkg.version, "summary": pkg.summary,
+            "files": {p: hashlib.sha256(d).hexdigest() for p, d in pkg.all_files().items()},
+            "modes": {p: pkg.modes[p] for p in sorted(pkg.modes)}, "recipe": 1}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def build_rpms(pkgs: Iterable[SimPackage], outdir: Path, key: SigningKey) -> list[Path]:
+    """Build and sign each package into ``outdir`` (skipping those whose inputs did not
+    change); returns the .rpm paths in the order given."""
+    require_tools("rpmbuild", "rpmsign", "gpg")
+    outdir.mkdir(parents=True, exist_ok=True)
+    manifest_path = outdir / _BUILD_MANIFEST
+    manifest = _read_manifest(manifest_path)
+    updated = dict(manifest)
+    out: list[Path] = []
+    fresh: list[Path] = []
+    for pkg in pkgs:
+        target = outdir / rpm_filename(pkg)
+        digest = _digest(pkg) + key.fingerprint
+        entry = manifest.get(target.name, {})
+        if not (target.is_file() and entry.get("input") == digest
+                and entry.get("sha256") == sha256_file(target)):
+            _build_one(pkg, target)
+            fresh.append(target)
+            updated[target.name] = {"input": digest}
+        out.append(target)
+    if fresh:
+        _sign(fresh, key)  # in place: the recorded checksum is the signed file's
+    for target in fresh:
+        updated[target.name]["sha256"] = sha256_file(target)
+    if updated != manifest:
+        _write_if_changed(manifest_path,
+                          (json.dumps(updated, indent=2, sort_keys=True) + "\n").encode())
+    return out
+
+
+def _build_one(pkg: SimPackage, target: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".rpmbuild-") as tmp:
+        stage = Path(tmp) / "stage"
+        files: list[str] = []
+        for path, data in pkg.all_files().items():
+            el = _el_path(path)
+            dest = stage / el.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+            dest.chmod(pkg.modes.get(path, 0o644))
+            files.append(el)
+        spec = Path(tmp) / f"{pkg.name}.spec"
+        spec.write_text(_spec(pkg, files), encoding="utf-8")
+        top = Path(tmp) / "top"
+        _run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {top}",
+              "--define", f"_stagedir {stage}", "--define", "__os_install_post %{nil}",
+              "--define", "_build_id_links none", "--define", "debug_package %{nil}",
+              "--define", "use_source_date_epoch_as_buildtime 1", str(spec)],
+             env={"SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)})
+        built = top / "RPMS" / ARCH / target.name
+        os.replace(built, target)
+
+
+def _sign(rpms: list[Path], key: SigningKey) -> None:
+    with _gpg_agent(key.gnupghome):
+        _run(["rpmsign", "--define", f"_gpg_path {key.gnupghome}",
+              "--define", f"_gpg_name {key.fingerprint}", "--define", "__gpg /usr/bin/gpg",
+              "--define", "_gpg_sign_cmd_extra_args --pinentry-mode loopback --passphrase ''",
+              "--addsign", *map(str, rpms)])
+
+
+def modules_yaml(pkgs: Iterable[SimPackage]) -> str:
+    """modulemd v2 documents of the nvidia-driver streams: per driver branch, <B>-open and
+    <B>-dkms, each listing every release of its packages as artifacts (NEVRA)."""
+    streams: dict[str, list[SimPackage]] = {}
+    for pkg in pkgs:
+        _epoch, version, _release = evr(pkg.version)
+        branch = re.match(r"\d+", version)
+        for kind, names in _MODULE_PACKAGES.items():
+            if pkg.name in names and branch:
+                streams.setdefault(f"{branch.group(0)}-{kind}", []).append(pkg)
+    docs = []
+    for stream in sorted(streams):
+        kind = stream.split("-", 1)[1]
+        artifacts = sorted({nevra(p) for p in streams[stream]})
+        docs.append(
+            "---\ndocument: modulemd\nversion: 2\ndata:\n  name: nvidia-driver\n"
+            f"  stream: \"{stream}\"\n  version: 20240101000000\n  context: \"00000000\"\n"
+            f"  arch: {ARCH}\n  summary: SIMULATED NVIDIA driver stream {stream}\n"
+            "  description: >-\n    SIMULATED module stream built by gpu-cluster-provisioner.\n"
+            "  license:\n    module: [LicenseRef-simulated]\n"
+            "  dependencies:\n  - buildrequires:\n      platform: [el9]\n"
+            "    requires:\n      platform: [el9]\n"
+            "  profiles:\n    default:\n      rpms:\n"
+            + "".join(f"      - {name}\n" for name in _MODULE_PACKAGES[kind])
+            + "  artifacts:\n    rpms:\n"
+            + "".join(f"    - {a}\n" for a in artifacts) + "...\n")
+    return "".join(docs)
+
+
+def build_rpm_repo(rpms: Iterable[Path], repo_dir: Path,
+                   modules: str | None = None) -> None:
+    """Make ``repo_dir`` an rpm repository of exactly ``rpms`` (createrepo_c), with
+    ``modules`` as its module metadata (modifyrepo_c --mdtype=modules)."""
+    require_tools("createrepo_c", "modifyrepo_c")
+    wanted = {p.name: p for p in rpms}
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(json.dumps(
+        [sorted((n, sha256_file(p)) for n, p in wanted.items()), modules]).encode()).hexdigest()
+    marker = repo_dir / _REPO_DIGEST
+    if marker.is_file() and marker.read_text() == digest and (repo_dir / "repodata").is_dir():
+        return
+    for name, rpm in wanted.items():
+        dest = repo_dir / name
+        if not (dest.is_file() and sha256_file(dest) == sha256_file(rpm)):
+            shutil.copyfile(rpm, dest)
+    for stale in repo_dir.glob("*.rpm"):
+        if stale.name not in wanted:
+            stale.unlink()
+    with tempfile.TemporaryDirectory(dir=repo_dir, prefix=".repodata-") as tmp:
+        _run(["createrepo_c", "--quiet", "--no-database", "--outputdir", tmp, str(repo_dir)])
+        repodata = Path(tmp) / "repodata"
+        if modules:
+            yaml_path = Path(tmp) / "modules.yaml"
+            yaml_path.write_text(modules, encoding="utf-8")
+            _run(["modifyrepo_c", "--mdtype=modules", str(yaml_path),
+                  str(repodata)])
+        old = repo_dir / "repodata"
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(repodata, old)
+    marker.write_text(digest)
+
+
+def build_rpm_mirror(root: Path, cuda: Mapping[str, list[SimPackage]],
+                     ctk: list[SimPackage], key: SigningKey) -> None:
+    """The rpm repositories under ``root``: ``cuda`` maps a repository directory (relative to
+    root) to its packages; ``ctk`` is the container toolkit's."""
+    pool = root.parent / "mirror-pool-rpm"
+    for repo, pkgs in cuda.items():
+        rpms = build_rpms(pkgs, pool / "cuda", key)
+        build_rpm_repo(rpms, root / repo, modules_yaml(pkgs))
+    build_rpm_repo(build_rpms(ctk, pool / "ctk", key), root / CTK_RPM_REPO)

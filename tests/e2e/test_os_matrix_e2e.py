@@ -1,0 +1,171 @@
+"""The stack on imitated Ubuntu 24.04 and Rocky 9 nodes (one GPU node and one login node each),
+against the simulated mirror laid out per OS with an older and a newer release beside every pin:
+`up` passes with the matrix's pins; a wrong Ubuntu revision, an unpinned install and a skipped
+module stream each fail there. Each test starts its own cluster (`sim up --os`) and the module
+leaves the default Debian cluster to the next `sim up`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import newest_report
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
+
+pytestmark = pytest.mark.e2e
+
+
+def podman_exec(node: str, script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([shutil.which("podman") or "podman", "exec", node, "sh", "-c", script],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def stack_playbook(inventory: Path, plan: Path) -> subprocess.CompletedProcess[str]:
+    """Plain `ansible-playbook stack.yml` on sim-gpu-1 with the inventory and a (edited) plan."""
+    assert ANSIBLE_PLAYBOOK, "ansible-playbook is not in the virtualenv"
+    return subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory / "hosts.yml"), "-i", str(plan),
+         "--limit", "sim-gpu-1", "playbooks/stack.yml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+
+
+def sim_up(cli: Cli, os_name: str, inv: Path) -> None:
+    out = cli("sim", "up", "--os", os_name, "--nodes", "2", "--inventory-dir", str(inv))
+    assert out.returncode == 0, out.stderr + out.stdout
+
+
+def failed_checks(report: dict[str, object]) -> list[dict[str, object]]:
+    checks = report["checks"]
+    assert isinstance(checks, list)
+    return [c for c in checks if c["status"] == "fail"]
+
+
+def driver_pin(plan: Path, host: str, family: str) -> list[dict[str, str]]:
+    data = yaml.safe_load(plan.read_text())
+    pins: list[dict[str, str]] = data["all"]["hosts"][host]["nvidia_repo_stack_packages"][
+        family]["driver"]
+    return pins
+
+
+@pytest.fixture(scope="module")
+def ubuntu(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
+    inv = tmp_path_factory.mktemp("inv-ubuntu2404")
+    sim_up(cli, "ubuntu2404", inv)
+    return inv
+
+
+def test_up_passes_on_ubuntu_2404_with_ubuntu_revisions(cli: Cli, ubuntu: Path, runs_dir: Path,
+                                                        tmp_path: Path) -> None:
+    out = cli("up", "--inventory", str(ubuntu), "--yes", "--skip-smoke")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    report = newest_report(runs_dir)
+    assert not failed_checks(report)
+    facts = podman_exec("sim-gpu-1", ". /etc/os-release; echo $ID $VERSION_ID")
+    assert facts.stdout.split() == ["ubuntu", "24.04"]
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(ubuntu), "-o", str(plan)).returncode == 0
+    pins = driver_pin(plan, "sim-gpu-1", "apt_ubuntu")
+    assert any(p["name"].startswith("cuda-drivers-") for p in pins)
+    for pin in pins:
+        assert re.search(r"-(0ubuntu1|1ubuntu1|1)$", pin["version"])
+        got = podman_exec("sim-gpu-1", f"dpkg-query -W -f='${{Version}}' {pin['name']}")
+        assert got.stdout == pin["version"], (pin, got.stdout, got.stderr)
+
+
+def test_an_unpinned_install_gets_the_newest_release_and_fails_validate(
+        cli: Cli, ubuntu: Path, runs_dir: Path, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(ubuntu), "-o", str(plan)).returncode == 0
+    [meta] = [p for p in driver_pin(plan, "sim-gpu-1", "apt_ubuntu")
+              if p["name"].startswith("cuda-drivers-")]
+    name, pinned = meta["name"], meta["version"]
+    # What an install without the role's pin and hold does: apt takes the newest release.
+    out = podman_exec("sim-gpu-1", (
+        f"apt-mark unhold {name} >/dev/null && "
+        "mv /etc/apt/preferences.d/gpu-cluster-provisioner.pref /root/pref.e2e && "
+        f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {name} >/dev/null && "
+        f"dpkg-query -W -f='${{Version}}' {name}"))
+    try:
+        assert out.returncode == 0, out.stderr
+        installed = out.stdout
+        newer = subprocess.run(["dpkg", "--compare-versions", installed, "gt", pinned],
+                               check=False).returncode == 0
+        assert newer, f"unpinned {name} installed {installed}, not newer than {pinned}"
+        smi = podman_exec("sim-gpu-1", "nvidia-smi --query-gpu=driver_version "
+                          "--format=csv,noheader | head -1").stdout.strip()
+        assert smi == installed.rsplit("-", 1)[0]
+        validate = cli("validate", "--inventory", str(ubuntu))
+        assert validate.returncode != 0, validate.stdout[-2000:]
+        fails = {c["name"] for c in failed_checks(newest_report(runs_dir))}
+        assert "driver_version" in fails, fails
+    finally:
+        podman_exec("sim-gpu-1", "mv -f /root/pref.e2e "
+                    "/etc/apt/preferences.d/gpu-cluster-provisioner.pref")
+    # The role puts the pinned release back (and holds it).
+    healed = cli("up", "--inventory", str(ubuntu), "--yes", "--skip-smoke")
+    assert healed.returncode == 0, healed.stdout[-3000:]
+    again = podman_exec("sim-gpu-1", f"dpkg-query -W -f='${{Version}}' {name}").stdout
+    assert again == pinned
+
+
+def test_a_wrong_ubuntu_revision_fails_the_stack(cli: Cli, ubuntu: Path,
+                                                 tmp_path: Path) -> None:
+    """The plan as the matrix had it before (Debian's -1 on Ubuntu): no such package."""
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(ubuntu), "-o", str(plan)).returncode == 0
+    [meta] = [p for p in driver_pin(plan, "sim-gpu-1", "apt_ubuntu")
+              if p["name"].startswith("cuda-drivers-")]
+    upstream = meta["version"].rsplit("-", 1)[0]
+    wrong = f"{upstream}-1"
+    assert wrong != meta["version"]
+    plan.write_text(plan.read_text().replace(meta["version"], wrong))
+    out = stack_playbook(ubuntu, plan)
+    assert out.returncode != 0, out.stdout[-3000:]
+    assert f"{meta['name']} {wrong}" in out.stdout, out.stdout[-3000:]
+    # The wrong pin installed nothing: the node still runs the matrix's revision.
+    got = podman_exec("sim-gpu-1", f"dpkg-query -W -f='${{Version}}' {meta['name']}").stdout
+    assert got == meta["version"]
+
+
+# Pending: not yet run through `sim up --os rocky9` (the sim lock was not free before the
+# deadline). The same steps passed by hand with ansible-playbook stack.yml against an imitated
+# Rocky 9 container and the rpm mirror: stack passes, a rerun changes nothing, a cleared stream
+# fails with "All matches were filtered out by modular filtering", an unpinned upgrade is put
+# back to the pin and re-locked.
+@pytest.mark.pending
+def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
+        cli: Cli, tmp_path: Path, runs_dir: Path) -> None:
+    inv = tmp_path / "inv-rocky9"
+    sim_up(cli, "rocky9", inv)
+    facts = podman_exec("sim-gpu-1", "cat /etc/redhat-release")
+    assert facts.stdout.startswith("Rocky Linux release 9")
+    out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    enabled = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
+    assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", enabled.stdout, re.M), enabled.stdout
+    # A plan without the stream: dnf's modular filtering hides every driver release.
+    reset = podman_exec("sim-gpu-1", "dnf -y -q module reset nvidia-driver && "
+                        "dnf -y -q versionlock clear && dnf -y -q remove nvidia-driver-cuda")
+    assert reset.returncode == 0, reset.stderr
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
+    text = re.sub(r"nvidia_driver_dnf_module_stream: \S+", "nvidia_driver_dnf_module_stream: ''",
+                  plan.read_text())
+    plan.write_text(text)
+    failed = stack_playbook(inv, plan)
+    assert failed.returncode != 0
+    assert "filtered out by modular filtering" in failed.stdout, failed.stdout[-3000:]
+    healed = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
+    assert healed.returncode == 0, healed.stdout[-3000:]

@@ -1,0 +1,172 @@
+"""The pinned_packages module's apt and dnf paths against a scripted package manager: waiting
+for the lock, retrying transient mirror errors with backoff, and failing with the line that
+says what went wrong (not apt's last line)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = importlib.util.spec_from_file_location("pinned_packages",
+                                              ROOT / "plugins" / "modules" / "pinned_packages.py")
+assert SPEC and SPEC.loader
+pp: Any = importlib.util.module_from_spec(SPEC)
+sys.modules["pinned_packages"] = pp
+SPEC.loader.exec_module(pp)
+
+Reply = tuple[int, str, str]
+
+
+class Failed(Exception):
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result["msg"])
+        self.result = result
+
+
+class FakeModule:
+    """What the module's functions use of AnsibleModule; ``script`` answers each command."""
+
+    def __init__(self, script: Callable[[list[str]], Reply], **params: Any) -> None:
+        self.params = {"lock_timeout": 300, "retries": 3, "retry_delay": 5.0, **params}
+        self.check_mode = False
+        self.script = script
+        self.commands: list[list[str]] = []
+
+    def get_bin_path(self, name: str, required: bool = False) -> str:
+        return f"/usr/bin/{name}"
+
+    def run_command(self, cmd: list[str], environ_update: dict[str, str] | None = None) -> Reply:
+        self.commands.append(list(cmd))
+        return self.script(list(cmd))
+
+    def fail_json(self, **result: Any) -> None:
+        raise Failed(result)
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    out: list[float] = []
+    monkeypatch.setattr(pp.time, "sleep", out.append)
+    return out
+
+
+WANTED = [{"name": "cuda-toolkit-12-4", "version": "12.4.1-1"}]
+FETCH_503 = ("", "E: Failed to fetch http://mirror/pool/cuda-toolkit-12-4_12.4.1-1_amd64.deb  "
+                 "503  Service Unavailable [IP: 10.88.0.2 8080]\n"
+                 "E: Unable to fetch some archives, maybe run apt-get update or try with "
+                 "--fix-missing?\n")
+
+
+def apt_node(install_replies: list[Reply]) -> Callable[[list[str]], Reply]:
+    """A node where dpkg-query says what is installed after each successful install."""
+    node = {"installed": False, "held": False}
+
+    def script(cmd: list[str]) -> Reply:
+        tool = Path(cmd[0]).name
+        if tool == "dpkg-query":
+            if node["installed"]:
+                want = "hold" if node["held"] else "install"
+                return 0, f"cuda-toolkit-12-4\t12.4.1-1\t{want} ok installed\n", ""
+            return 1, "", ""
+        if tool == "apt-get":
+            reply = install_replies.pop(0)
+            node["installed"] = reply[0] == 0
+            return reply
+        node["held"] = True  # apt-mark hold
+        return 0, "", ""
+    return script
+
+
+def test_apt_waits_for_the_lock_and_keeps_config_files_without_asking(
+        sleeps: list[float]) -> None:
+    module = FakeModule(apt_node([(0, "", "")]), lock_timeout=120)
+    assert pp.apt_apply(module, WANTED, {}) == ["cuda-toolkit-12-4"]
+    install = next(c for c in module.commands if c[0].endswith("apt-get"))
+    pairs = {install[i + 1] for i, word in enumerate(install) if word == "-o"}
+    assert {"DPkg::Lock::Timeout=120", "Acquire::Retries=3", "Dpkg::Options::=--force-confdef",
+            "Dpkg::Options::=--force-confold"} <= pairs
+    assert "cuda-toolkit-12-4=12.4.1-1" in install
+    hold = next(c for c in module.commands if c[0].endswith("apt-mark"))
+    assert hold[-2:] == ["hold", "cuda-toolkit-12-4"] and "DPkg::Lock::Timeout=120" in hold
+    assert sleeps == []
+
+
+def test_a_mirror_that_answers_503_twice_is_retried_with_backoff(sleeps: list[float]) -> None:
+    module = FakeModule(apt_node([(100, *FETCH_503), (100, *FETCH_503), (0, "", "")]))
+    assert pp.apt_apply(module, WANTED, {}) == ["cuda-toolkit-12-4"]
+    assert sleeps == [5.0, 10.0]
+    assert sum(c[0].endswith("apt-get") for c in module.commands) == 3
+
+
+def test_a_mirror_that_stays_down_fails_after_the_retries_with_apts_first_error(
+        sleeps: list[float]) -> None:
+    module = FakeModule(apt_node([(100, *FETCH_503)] * 4), retries=3, retry_delay=1)
+    with pytest.raises(Failed) as failed:
+        pp.apt_apply(module, WANTED, {})
+    msg = failed.value.result["msg"]
+    assert msg.startswith("apt-get install of the pinned versions failed (after 4 tries): "
+                          "E: Failed to fetch http://mirror/pool/cuda-toolkit-12-4")
+    assert "Unable to fetch some archives" not in msg
+    assert sleeps == [1.0, 2.0, 4.0]
+
+
+def test_a_pin_that_matches_no_package_is_not_retried_and_names_the_version(
+        sleeps: list[float]) -> None:
+    err = ("E: Version '580.95.05-1' for 'cuda-drivers-580' was not found\n"
+           "E: Unable to correct problems, you have held broken packages.\n")
+    module = FakeModule(apt_node([(100, "Reading package lists...\n", err)]))
+    with pytest.raises(Failed) as failed:
+        pp.apt_apply(module, [{"name": "cuda-drivers-580", "version": "580.95.05-1"}], {})
+    assert failed.value.result["msg"] == ("apt-get install of the pinned versions failed: "
+                                          "E: Version '580.95.05-1' for 'cuda-drivers-580' was "
+                                          "not found")
+    assert sleeps == [] and len(failed.value.result["attempts"]) == 1
+
+
+def test_a_lock_held_past_the_timeout_says_so(sleeps: list[float]) -> None:
+    err = ("E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 812 "
+           "(unattended-upgr)\nE: Unable to acquire the dpkg frontend lock "
+           "(/var/lib/dpkg/lock-frontend), is another process using it?\n")
+    module = FakeModule(apt_node([(100, "", err)]), lock_timeout=30)
+    with pytest.raises(Failed) as failed:
+        pp.apt_apply(module, WANTED, {})
+    msg = failed.value.result["msg"]
+    assert "lock is held by another process" in msg and "lock_timeout=30s" in msg
+    assert "held by process 812 (unattended-upgr)" in msg
+    assert sleeps == []
+
+
+def test_dpkg_errors_beat_apts_summary_line() -> None:
+    out = ("Setting up nvidia-kernel-dkms (580.95.05-1) ...\n"
+           "dpkg: error processing package nvidia-kernel-dkms (--configure):\n"
+           " installed nvidia-kernel-dkms package post-installation script subprocess returned "
+           "error exit status 10\n")
+    err = "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"
+    assert pp.error_line(out, err) == ("dpkg: error processing package nvidia-kernel-dkms "
+                                       "(--configure):")
+    assert pp.error_line("", "") == "no output"
+    assert pp.error_line("last words\n", "") == "last words"
+
+
+def test_dnf_retries_a_503_and_locks_the_versions(sleeps: list[float]) -> None:
+    replies: list[Reply] = [
+        (1, "", "Error: Failed to download metadata for repo 'cuda': Cannot download "
+                "repomd.xml: Status code: 503 for http://mirror/repodata/repomd.xml\n"),
+        (0, "Complete!\n", "")]
+
+    def script(cmd: list[str]) -> Reply:
+        if cmd[1] == "install":
+            return replies.pop(0)
+        return 0, "", ""
+    module = FakeModule(script)
+    wanted = [{"name": "nvidia-driver", "version": "3:580.95.05-1.el9"}]
+    assert pp.dnf_apply(module, wanted, {"nvidia-driver": ("", None, False)}) == ["nvidia-driver"]
+    assert sleeps == [5.0]
+    assert module.commands[-1] == ["/usr/bin/dnf", "versionlock", "add",
+                                   "nvidia-driver-580.95.05-1.el9"]
