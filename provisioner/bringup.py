@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import (
+    Check,
     Report,
     make_private,
     new_run_id,
@@ -19,7 +20,7 @@ from provisioner.report import (
     redact_tree,
     runs_dir,
 )
-from provisioner.results import ProgressCallback
+from provisioner.results import PlaybookResult, ProgressCallback
 from provisioner.runner import host_key_checking_off, raise_if_cancelled, run_playbook
 from provisioner.untrusted import secrets_in
 
@@ -48,6 +49,113 @@ class RunOptions:
     reboot_ok: bool = False
     # How the smoke job starts: "direct" (torchrun on every node) or "slurm" (srun).
     launcher: str = "direct"
+    # How many nodes the run may lose (failed or unreachable) and go on with the others:
+    # "N" or "P%" of the nodes it targets; None is the default policy (allowed_losses).
+    max_fail: str | None = None
+    # --retry-failed: the phases before validate run on these hosts only; validate and what
+    # follows run on the whole cluster again.
+    retry_hosts: tuple[str, ...] = ()
+
+
+# Phases from which a retried run goes back to the whole cluster.
+WHOLE_CLUSTER_FROM = "validate"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What `up --retry-failed RUN` reruns: the hosts RUN lost and the phase they stopped in."""
+
+    run_id: str
+    hosts: tuple[str, ...]
+    phase: str
+
+
+def retry_of(previous: Mapping[str, Any], inventory: str) -> Retry:
+    """The hosts a saved report lost (failed, unreachable or with a failed check) and the
+    earliest phase one of them stopped in. One InputError line when there is nothing to retry
+    or the report belongs to another inventory."""
+    from provisioner.errors import InputError
+    from provisioner.slurm import SCHEDULER_PHASE
+
+    run_id = str(previous.get("run_id"))
+    if previous.get("command") != "up":
+        raise InputError(f"run {run_id} is a `{previous.get('command')}` run: "
+                         "--retry-failed resumes an `up` run")
+    if Path(str(previous.get("inventory"))).resolve() != Path(inventory).resolve():
+        raise InputError(f"run {run_id} was on inventory {previous.get('inventory')}, "
+                         f"not {inventory}: give the same inventory")
+    order = [name for name, _playbook in (*UP_PHASES, SCHEDULER_PHASE, SMOKE_PHASE)]
+    stopped: dict[str, str] = {}
+    for host, why in (previous.get("lost_hosts") or {}).items():
+        stopped[str(host)] = str(why.get("phase", "preflight"))
+    for phase in previous.get("phases") or []:
+        for host, stats in (phase.get("hosts") or {}).items():
+            if (stats.get("failed") or stats.get("unreachable")) and host not in stopped:
+                stopped[str(host)] = str(phase.get("name"))
+    if not stopped:
+        raise InputError(f"run {run_id} lost no host (none failed or unreachable): "
+                         "nothing to retry; run `provisioner up` again instead")
+    first = min(order.index(p) if p in order else 0 for p in stopped.values())
+    return Retry(run_id=run_id, hosts=tuple(sorted(stopped)), phase=order[first])
+
+
+# The default loss policy: on a small cluster every node matters (a 2-node job without one of
+# them proves nothing), on a fleet one dead node in twenty must not stop the other nineteen.
+SMALL_CLUSTER = 8
+DEFAULT_MAX_FAIL_PERCENT = 5
+
+
+def parse_max_fail(text: str) -> str:
+    """``N`` (a count) or ``P%`` (a share of the targeted nodes, 0-100); the text, checked."""
+    value = text.strip()
+    number = value[:-1] if value.endswith("%") else value
+    if not number.isdigit() or (value.endswith("%") and int(number) > 100):
+        raise ValueError(f"{text!r} is not a node count (N) or a percentage (P%, 0-100)")
+    return value
+
+
+def allowed_losses(max_fail: str | None, targeted: int) -> int:
+    """How many of ``targeted`` nodes may be lost before the run aborts."""
+    if max_fail is None:
+        if targeted <= SMALL_CLUSTER:
+            return 0
+        return targeted * DEFAULT_MAX_FAIL_PERCENT // 100
+    if max_fail.endswith("%"):
+        return targeted * int(max_fail[:-1]) // 100
+    return int(max_fail)
+
+
+def _limit_without(limit: str | None, lost: Mapping[str, Any]) -> str | None:
+    """The Ansible host pattern of the run minus the lost nodes (``base:!a:!b``)."""
+    if not lost:
+        return limit
+    return ":".join([limit or "all", *(f"!{host}" for host in sorted(lost))])
+
+
+# preflight.yml's last task: when it fails, the node it ran on is the messenger, not lost.
+POLICY_TASK = "Preflight | Judge the nodes lost against the loss policy"
+
+
+def _losses(result: PlaybookResult, checks: Sequence[Check], phase: str) -> dict[str, Any]:
+    """The nodes this phase lost: unreachable, a failed task, or a failed check of its own."""
+    out: dict[str, Any] = {}
+    last_failure = {f.host: f for f in result.failures if f.task != POLICY_TASK}
+    messengers = {f.host for f in result.failures if f.task == POLICY_TASK}
+    for host, stats in sorted(result.stats.items()):
+        if stats.healthy or (host in messengers and host not in last_failure
+                             and stats.failed == 1 and not stats.unreachable):
+            continue
+        failure = last_failure.get(host)
+        out[host] = {"phase": phase,
+                     "reason": "unreachable" if stats.unreachable else "failed",
+                     "task": failure.task if failure else "",
+                     "message": failure.message if failure else ""}
+    for check in checks:
+        if check.status == "fail" and check.host not in out:
+            out[check.host] = {"phase": phase, "reason": "check failed", "task": check.name,
+                               "message": f"measured {check.measured}, expected "
+                                          f"{check.expected}"}
+    return out
 
 
 def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
@@ -78,21 +186,35 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
 def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                phases: Sequence[tuple[str, str]], options: RunOptions,
                display: DisplayFactory) -> bool:
-    """Run phases in order; stop at the first that fails. True when all passed."""
+    """Run phases in order. A node that fails or cannot be reached is lost: the phases after
+    go on without it while the run has lost no more nodes than the policy allows
+    (``options.max_fail``), and stop when it has. True when every phase passed on every node."""
     plan_inventory = plan.write_inventory(run_dir / "plan.yml")
     plan_inventory.chmod(0o600)
     inventories = [plan.inventory.source, plan_inventory]
     extravars: dict[str, Any] = {"nvidia_driver_reboot_ok": options.reboot_ok}
+    lost = report.lost_hosts
+    allowed: int | None = None
+    retrying = bool(options.retry_hosts)
     for index, (name, playbook) in enumerate(phases):
+        if name == WHOLE_CLUSTER_FROM:
+            retrying = False
+        base = ":".join(options.retry_hosts) if retrying else options.limit
+        limit = _limit_without(base, lost)
         if name == "smoke":
-            if not run_smoke(plan, report, run_dir, inventories, index, options, display):
+            smoke_options = replace(options, limit=limit)
+            if not run_smoke(plan, report, run_dir, inventories, index, smoke_options, display):
                 return False
             continue
+        if options.max_fail is not None:
+            # preflight.yml's last play applies the policy to the nodes it targeted.
+            extravars["gpuc_max_fail"] = options.max_fail
         with display(f"{name} ({playbook})") as progress:
             result = run_playbook(playbook, inventories, run_dir, f"{index:02d}-{name}",
-                                  extravars=extravars, limit=options.limit,
+                                  extravars=extravars, limit=limit,
                                   timeout=options.timeout_s, check_mode=options.check_mode,
                                   on_progress=progress)
+        checks_before = len(report.checks)
         phase = report.add_phase(name, result)
         secure_run_dir(run_dir, report)
         raise_if_cancelled()
@@ -103,9 +225,24 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                                               hosts_run=set(result.stats)))
         if name == "monitoring":
             report.notes.extend(monitoring_notes(plan, result.reports))
-        if not phase.ok or any(c.status == "fail" for c in report.checks):
+        if allowed is None:
+            allowed = allowed_losses(options.max_fail, len(result.stats) or len(plan.hosts))
+        newly = _losses(result, report.checks[checks_before:], name)
+        lost.update(newly)
+        if phase.ok and not newly:
+            continue
+        survivors = [host for host in result.stats if host not in lost]
+        if not survivors or not newly:
+            return False  # nobody left to go on with, or the playbook itself failed
+        if len(lost) > allowed:
+            report.notes.append(
+                f"stopped after {name}: {len(lost)} node(s) lost ({', '.join(sorted(lost))}), "
+                f"the run may lose {allowed} (--max-fail "
+                f"{options.max_fail or 'default: 0 up to 8 nodes, else 5%'})")
             return False
-    return True
+        report.notes.append(f"{name}: going on without {', '.join(sorted(newly))} "
+                            f"({len(lost)} lost, the run may lose {allowed})")
+    return not lost
 
 
 def monitoring_notes(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]) -> list[str]:

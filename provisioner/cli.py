@@ -118,6 +118,15 @@ def _seconds(text: str) -> int:
     return value
 
 
+def _max_fail(text: str) -> str:
+    from provisioner.bringup import parse_max_fail
+
+    try:
+        return parse_max_fail(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true",
                         help=f"print {what} as one JSON document on stdout (progress and "
@@ -142,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
     up.add_argument("--reboot", action="store_true",
                     help="reboot nodes whose new driver needs it (default: report them)")
+    up.add_argument("--retry-failed", metavar="RUN",
+                    help="resume run RUN (its id, or its directory under the runs dir): rerun "
+                    "only the hosts it lost, from the phase they stopped in, then validate "
+                    "and the smoke job on the whole cluster")
+    up.add_argument("--max-fail", type=_max_fail, default=None, metavar="N|P%",
+                    help="how many nodes (or what share of them) the run may lose, failed or "
+                    "unreachable, and go on with the others (default: 0 up to 8 nodes, else "
+                    "5%%); the run still exits 1 and the report names every lost node")
     up.add_argument("--check", action="store_true",
                     help="dry run (ansible --check): report what would change, change nothing")
     _json_option(up, "the run's report")
@@ -453,9 +470,32 @@ def _up(args: argparse.Namespace) -> int:
     scheduler = (slurm.SCHEDULER_PHASE,) if slurm.configured(cp) else ()
     phases = (*bringup.UP_PHASES, *scheduler) if args.skip_smoke or args.check else (
         *bringup.UP_PHASES, *scheduler, bringup.SMOKE_PHASE)
-    return _run(args, cp, "up", phases, bringup.RunOptions(
+    retry = _retry(args, str(cp.inventory.source), [name for name, _ in phases])
+    if retry is not None:
+        phases = phases[[name for name, _ in phases].index(retry.phase):]
+    options = bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
-        launcher=slurm.choose_launcher(cp, None)))
+        max_fail=args.max_fail, launcher=slurm.choose_launcher(cp, None),
+        retry_hosts=retry.hosts if retry else ())
+    return _run(args, cp, "up", phases, options, resumes=retry)
+
+
+def _retry(args: argparse.Namespace, inventory: str, phase_names: list[str]) -> Any:
+    """`--retry-failed RUN`: the saved run's lost hosts and where they stopped (or None)."""
+    if not args.retry_failed:
+        return None
+    from provisioner import bringup, report
+
+    if args.limit:
+        raise InputError("--retry-failed picks the hosts itself: drop --limit")
+    run_id = Path(args.retry_failed.rstrip("/")).name
+    if run_id == "report.json":
+        run_id = Path(args.retry_failed).parent.name
+    retry = bringup.retry_of(report.load(run_id), inventory)
+    if retry.phase not in phase_names:
+        raise InputError(f"run {retry.run_id} lost its hosts in {retry.phase}, which this run "
+                         "does not have (drop --skip-smoke?)")
+    return retry
 
 
 def _stacks(args: argparse.Namespace) -> int:
@@ -654,7 +694,7 @@ def _refuse_insecure_env(cp: ClusterPlan) -> None:
 
 
 def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
-         phases: Sequence[tuple[str, str]], options: RunOptions) -> int:
+         phases: Sequence[tuple[str, str]], options: RunOptions, resumes: Any = None) -> int:
     """Run phases on a validated plan, save the report, print it; the exit code of the run.
     The report is saved whatever stops the run (a signal, an error of ours)."""
     from provisioner import bringup, render, runlock, runner
@@ -669,6 +709,11 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
     try:
         with _stop_signals():
             report, run_dir = bringup.start_report(cp, command)
+            if resumes is not None:
+                report.resumes, report.retried_hosts = resumes.run_id, list(resumes.hosts)
+                report.notes.append(
+                    f"resumes run {resumes.run_id}: {', '.join(resumes.hosts)} from "
+                    f"{resumes.phase}, then {bringup.WHOLE_CLUSTER_FROM} and after on every node")
             if lock.stale:
                 report.notes.append(
                     f"took over a stale lock of PID {lock.stale.get('pid')} (started "

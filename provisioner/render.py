@@ -74,6 +74,10 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
         console.print(f"[red]{what}[/red] " + escape(f"{f['host']}: {f['task']}: {f['message']}"))
     if len(failures) > 20:
         console.print(f"... {len(failures) - 20} more failures in report.json")
+    for host, why in sorted((data.get("lost_hosts") or {}).items()):
+        console.print("[bold red]lost[/] " + escape(
+            f"{host}: {why.get('reason')} in {why.get('phase')}"
+            + (f" ({why.get('task')}: {why.get('message')})" if why.get("task") else "")))
     smoke = data.get("smoke")
     if smoke:
         smoke_table(console, smoke)

@@ -134,6 +134,11 @@ class Report:
     notes: list[str] = field(default_factory=list)
     # Hosts whose SSH host key is not checked (inventory says so): the console says it too.
     host_key_checking_off: list[str] = field(default_factory=list)
+    # Nodes the run lost and went on without: host -> phase, reason, task, message.
+    lost_hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # `up --retry-failed`: the run this one resumes (its id) and the hosts it retried.
+    resumes: str | None = None
+    retried_hosts: list[str] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)

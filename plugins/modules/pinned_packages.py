@@ -62,6 +62,10 @@ changed_packages:
   returned: always
   type: list
   elements: str
+recovered_interrupted_dpkg:
+  description: Whether an interrupted dpkg run was finished first (C(dpkg --configure -a)).
+  returned: always
+  type: bool
 """
 
 import os
@@ -136,6 +140,26 @@ def run_retrying(module, cmd, what, environ_update=None):
     module.fail_json(msg="%s failed%s: %s" % (what, suffix, line), rc=rc, stdout=out,
                      stderr=err, cmd=cmd, attempts=attempts)
     return out, attempts
+
+
+# Files here mean dpkg stopped in the middle of an operation (a node killed or rebooted
+# mid-install); apt then refuses everything with "dpkg was interrupted".
+DPKG_UPDATES = "/var/lib/dpkg/updates"
+
+
+def apt_recover(module):
+    """Finish what an interrupted dpkg left half done (``dpkg --configure -a``, keeping changed
+    configuration files) so the install can go on. True when there was something to finish."""
+    dpkg = module.get_bin_path("dpkg", required=True)
+    pending = os.path.isdir(DPKG_UPDATES) and bool(os.listdir(DPKG_UPDATES))
+    _rc, out, _err = module.run_command([dpkg, "--audit"])  # rc 1 when it found something
+    if not pending and not out.strip():
+        return False
+    if module.check_mode:
+        return True
+    run_retrying(module, [dpkg, "--force-confdef", "--force-confold", "--configure", "-a"],
+                 "dpkg --configure -a (dpkg was interrupted)", APT_ENV)
+    return True
 
 
 def dpkg_state(module, names):
@@ -259,6 +283,9 @@ def main():
     if not names:
         module.exit_json(changed=False, packages=[], changed_packages=[])
     state = dpkg_state(module, names) if apt else rpm_state(module, names)
+    recovered = apt_recover(module) if apt else False
+    if recovered and not module.check_mode:
+        state = dpkg_state(module, names)
     if module.params["state"] == "absent":
         changed = apt_remove(module, names, state) if apt else []
         final = state
@@ -268,7 +295,8 @@ def main():
     result = [{"name": n, "version": final.get(n, ("", None, False))[0],
                "held": final.get(n, ("", None, False))[1],
                "installed": final.get(n, ("", None, False))[2]} for n in names]
-    module.exit_json(changed=bool(changed), packages=result, changed_packages=changed)
+    module.exit_json(changed=bool(changed) or recovered, packages=result,
+                     changed_packages=changed, recovered_interrupted_dpkg=recovered)
 
 
 if __name__ == "__main__":

@@ -176,6 +176,8 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
             podman.run(["start", name])
             say(f"started stopped node {name} again (its disk is kept)")
         cluster.addresses = _addresses(spec)
+        # A restarted container gets a new address on the network: its host key stays.
+        _readdress_known_hosts(keydir / "known_hosts", cluster.addresses)
         if stopped:
             _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
         apply_faults(spec, profile_json, say)
@@ -208,6 +210,18 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     _wait_for_ssh(cluster.addresses, say)
     _write_inventory(cluster, mirror.fingerprint)
     return cluster
+
+
+def _readdress_known_hosts(path: Path, addresses: Mapping[str, str]) -> None:
+    """Rewrite the ``name,address key`` lines of ``path`` with the nodes' current addresses."""
+    if not path.exists():
+        return
+    lines = []
+    for line in path.read_text().splitlines():
+        names, _, key = line.partition(" ")
+        name = names.split(",")[0]
+        lines.append(f"{name},{addresses[name]} {key}" if name in addresses else line)
+    path.write_text("\n".join(lines) + "\n")
 
 
 def _build_mirror(spec: SimSpec) -> Mirror:

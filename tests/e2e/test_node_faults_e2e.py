@@ -1,25 +1,31 @@
-"""Faults a node meets at boot, on the simulated cluster: another process (unattended-upgrades
-right after boot, on a real fleet) holds dpkg's frontend lock while `up` has a package to
-install. The install must wait for the lock (DPkg::Lock::Timeout in pinned_packages, the apt
-module's lock_timeout) instead of failing at once with the last line of apt's stderr."""
+"""Faults a node meets, on the simulated cluster.
+
+- A node dies (its container stopped) before or during `up`: with the default loss policy of a
+  small cluster, preflight stops the whole run before anything is installed; with
+  `--max-fail 1` the other nodes finish every phase and the report names the lost node.
+- Another process (unattended-upgrades right after boot, on a real fleet) holds dpkg's frontend
+  lock while `up` has a package to install: the install waits for the lock (DPkg::Lock::Timeout
+  in pinned_packages, the apt module's lock_timeout) instead of failing at once.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import newest_report
+from tests.e2e.conftest import BIN, newest_report
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-# Pending: written at the end of a session and not run yet on the simulated cluster (the module's
-# lock handling is covered by tests/unit/test_pinned_packages_module.py); `make e2e-pending`.
-pytestmark = [pytest.mark.e2e, pytest.mark.pending]
+pytestmark = pytest.mark.e2e
 
 NODE = "sim-gpu-1"
 HOLD_S = 40
@@ -63,3 +69,90 @@ def test_a_held_dpkg_lock_is_waited_for(cli: Cli, healthy_cluster: Path, runs_di
     assert stack["ok"] and stack["changed"] >= 1
     checks = {(c["host"], c["name"]): c for c in report["checks"] if c["phase"] == "stack"}
     assert checks[(NODE, "nccl")]["status"] == "pass"
+
+
+LOST = "sim-gpu-2"
+
+
+def podman(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([shutil.which("podman") or "podman", *argv], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def junit_cases(report_json: Path) -> dict[tuple[str, str], ET.Element]:
+    root = ET.parse(report_json.parent / "junit.xml").getroot()
+    return {(case.get("classname", ""), case.get("name", "")): case
+            for case in root.iter("testcase")}
+
+
+def newest_report_path(runs: Path) -> Path:
+    return sorted(runs.glob("*/report.json"), key=lambda p: p.stat().st_mtime)[-1]
+
+
+def test_a_dead_node_stops_a_small_cluster_in_preflight(cli: Cli, healthy_cluster: Path,
+                                                        runs_dir: Path) -> None:
+    assert podman("stop", "--time", "0", LOST).returncode == 0
+    out = cli("up", "--inventory", str(healthy_cluster), "--yes", "--skip-smoke")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+    path = newest_report_path(runs_dir)
+    report = json.loads(path.read_text())
+    assert [p["name"] for p in report["phases"]] == ["preflight"]
+    assert report["lost_hosts"][LOST]["reason"] == "unreachable"
+    assert report["lost_hosts"][LOST]["phase"] == "preflight"
+    assert list(report["lost_hosts"]) == [LOST]  # the node that judged the policy is not lost
+    assert f"lost {LOST}: unreachable in preflight" in " ".join(out.stdout.split())
+    # What a CI dashboard reads: the lost node is an <error>, the verdict a <failure>.
+    cases = junit_cases(path)
+    assert cases[("preflight", LOST)].find("error") is not None
+    assert cases[("run", "up verdict")].find("failure") is not None
+
+
+def test_with_max_fail_the_others_finish_when_a_node_dies_mid_run(
+        cli: Cli, healthy_cluster: Path, runs_dir: Path) -> None:
+    before = set(runs_dir.iterdir())
+    proc = subprocess.Popen([BIN, "up", "-i", str(healthy_cluster / "hosts.yml"), "--yes",
+                             "--skip-smoke", "--max-fail", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    # Stop the node once the stack phase has started on it.
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if any((run / "ansible" / "artifacts" / "01-stack").exists()
+               for run in set(runs_dir.iterdir()) - before):
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the stack phase never started")
+    assert podman("stop", "--time", "0", LOST).returncode == 0
+    stdout, stderr = proc.communicate(timeout=1200)
+    assert proc.returncode == 1, stdout[-3000:] + stderr
+    path = newest_report_path(runs_dir)
+    report = json.loads(path.read_text())
+    names = [p["name"] for p in report["phases"]]
+    assert names == ["preflight", "stack", "fabric", "validate", "monitoring", "scheduler"]
+    lost = report["lost_hosts"]
+    assert list(lost) == [LOST] and lost[LOST]["reason"] == "unreachable"
+    lost_in = names.index(lost[LOST]["phase"])
+    for phase in report["phases"][lost_in + 1:]:
+        assert LOST not in phase["hosts"], phase["name"]
+        assert phase["ok"], (phase["name"], phase["failures"])
+        assert "sim-gpu-1" in phase["hosts"], phase["name"]
+    assert report["outcome"] == "failed" and report["exit_code"] == 1
+    assert any(f"going on without {LOST}" in n for n in report["notes"])
+
+    # Resume: the node is back (sim up starts it again); --retry-failed reruns only it from the
+    # phase it was lost in, then validates and runs the smoke job on the whole cluster.
+    out = cli("sim", "up", "--nodes", "3", "--inventory-dir", str(healthy_cluster))
+    assert out.returncode == 0, out.stderr + out.stdout
+    out = cli("up", "--inventory", str(healthy_cluster), "--yes",
+              "--retry-failed", report["run_id"])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    retried = json.loads(newest_report_path(runs_dir).read_text())
+    assert retried["resumes"] == report["run_id"] and retried["retried_hosts"] == [LOST]
+    phases = {p["name"]: p for p in retried["phases"]}
+    assert retried["phases"][0]["name"] == lost[LOST]["phase"]
+    assert set(retried["phases"][0]["hosts"]) == {LOST}
+    assert set(phases["validate"]["hosts"]) == {"sim-gpu-1", LOST}
+    assert retried["smoke"] and phases["smoke"]["ok"]
+    assert retried["lost_hosts"] == {} and retried["outcome"] == "passed"

@@ -170,3 +170,66 @@ def test_dnf_retries_a_503_and_locks_the_versions(sleeps: list[float]) -> None:
     assert sleeps == [5.0]
     assert module.commands[-1] == ["/usr/bin/dnf", "versionlock", "add",
                                    "nvidia-driver-580.95.05-1.el9"]
+
+
+# A node killed or rebooted in the middle of an install leaves dpkg interrupted: apt refuses
+# everything until `dpkg --configure -a` has finished the half-done packages.
+
+def dpkg_node(audit: str, configure: Reply = (0, "", "")) -> Callable[[list[str]], Reply]:
+    def script(cmd: list[str]) -> Reply:
+        if cmd[1:] == ["--audit"]:
+            return (1 if audit else 0), audit, ""
+        if "--configure" in cmd:
+            return configure
+        raise AssertionError(f"unexpected command {cmd}")
+    return script
+
+
+@pytest.fixture
+def updates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "updates"
+    path.mkdir()
+    monkeypatch.setattr(pp, "DPKG_UPDATES", str(path))
+    return path
+
+
+def test_a_clean_dpkg_is_left_alone(updates: Path) -> None:
+    module = FakeModule(dpkg_node(""))
+    assert pp.apt_recover(module) is False
+    assert module.commands == [["/usr/bin/dpkg", "--audit"]]
+
+
+@pytest.mark.parametrize("how", ["updates", "audit"])
+def test_an_interrupted_dpkg_is_finished_first(updates: Path, how: str) -> None:
+    audit = ""
+    if how == "updates":
+        (updates / "0001").write_text("half written\n")
+    else:
+        audit = ("The following packages are only half configured, probably due to problems\n"
+                 " libnccl2            NVIDIA Collective Communication Library runtime\n")
+    module = FakeModule(dpkg_node(audit))
+    assert pp.apt_recover(module) is True
+    assert module.commands[-1] == ["/usr/bin/dpkg", "--force-confdef", "--force-confold",
+                                   "--configure", "-a"]
+
+
+def test_check_mode_reports_without_configuring(updates: Path) -> None:
+    (updates / "0001").write_text("x")
+    module = FakeModule(dpkg_node(""))
+    module.check_mode = True
+    assert pp.apt_recover(module) is True
+    assert len(module.commands) == 1
+
+
+def test_a_failing_configure_says_which_package(updates: Path, sleeps: list[float]) -> None:
+    (updates / "0001").write_text("x")
+    module = FakeModule(dpkg_node("", configure=(
+        1, "", "Setting up nvidia-dkms-575 ...\ndpkg: error processing package nvidia-dkms-575 "
+               "(--configure):\n installed post-installation script returned exit status 10\n"
+               "Errors were encountered while processing:\n nvidia-dkms-575\n")))
+    with pytest.raises(Failed) as failed:
+        pp.apt_recover(module)
+    assert failed.value.result["msg"] == (
+        "dpkg --configure -a (dpkg was interrupted) failed: dpkg: error processing package "
+        "nvidia-dkms-575 (--configure):")
+    assert sleeps == []  # not a mirror error: no retry
