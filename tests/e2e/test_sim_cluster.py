@@ -148,6 +148,13 @@ def test_killing_a_node_ends_the_smoke_job_with_a_failure_naming_it(
     smoke = report["phases"][-1]
     assert smoke["hosts"]["sim-gpu-2"]["unreachable"] == 1
     assert "sim-gpu-2" in out.stdout
+    if (inventory / "hosts.yml").read_text().count("slurm_controller"):
+        # The failed job was cancelled: nothing of it runs or waits on the other nodes.
+        queue = subprocess.run(["podman", "exec", "sim-login-1", "squeue", "-h", "-o", "%j %T"],
+                               capture_output=True, text=True, timeout=60, check=False)
+        left = [ln for ln in queue.stdout.splitlines()
+                if ln.startswith("gpuc-smoke-") and not ln.endswith("COMPLETING")]
+        assert queue.returncode == 0 and left == [], queue.stdout + queue.stderr
 
 
 def _kill_during_inter_pass(node: str) -> None:

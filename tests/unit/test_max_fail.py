@@ -141,6 +141,7 @@ def test_beyond_the_policy_the_run_stops_after_that_phase(
                            {"stack": {"sim-gpu-2": "failed", "sim-gpu-3": "unreachable"}}, "1")
     assert ok is False
     assert [p.name for p in report.phases] == ["preflight", "stack"]
+    assert "validate" not in fake.limits
     assert set(report.lost_hosts) == {"sim-gpu-2", "sim-gpu-3"}
     assert report.lost_hosts["sim-gpu-2"]["reason"] == "failed"
     assert any(n.startswith("stopped after stack: 2 node(s) lost") for n in report.notes)
