@@ -57,6 +57,8 @@ class RunOptions:
     retry_hosts: tuple[str, ...] = ()
 
 
+# The Slurm phase (provisioner.slurm.SCHEDULER_PHASE): never limited to a subset of nodes.
+SCHEDULER = "scheduler"
 # Phases from which a retried run goes back to the whole cluster.
 WHOLE_CLUSTER_FROM = "validate"
 
@@ -200,6 +202,11 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         if name == WHOLE_CLUSTER_FROM:
             retrying = False
         base = ":".join(options.retry_hosts) if retrying else options.limit
+        if name == SCHEDULER:
+            # slurm.conf is one file for the whole cluster, written from every compute node's
+            # facts: the scheduler phase runs on every node the run has not lost, --limit or
+            # not (on converged nodes it changes nothing).
+            base = None
         limit = _limit_without(base, lost)
         if name == "smoke":
             smoke_options = replace(options, limit=limit)

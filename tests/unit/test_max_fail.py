@@ -233,3 +233,22 @@ def test_a_retried_run_limits_the_phases_before_validate(
     assert fake.limits == {"stack": "sim-gpu-2:sim-gpu-3", "validate": None}
     assert set(report.phases[0].hosts) == {"sim-gpu-2", "sim-gpu-3"}
     assert set(report.phases[1].hosts) == set(plan.hosts)
+
+
+def test_the_scheduler_phase_is_never_limited_to_a_subset(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.slurm import SCHEDULER_PHASE
+
+    assert SCHEDULER_PHASE[0] == bringup.SCHEDULER
+    plan = build(sim_inventory(tmp_path, monkeypatch, gpu=3, cpu=1) / "hosts.yml")
+    fake = FakePlaybooks(list(plan.hosts), {"stack": {"sim-gpu-3": "unreachable"}})
+    monkeypatch.setattr(bringup, "run_playbook", fake)
+    monkeypatch.setattr(bringup, "stack_checks", lambda *_a, **_k: [])
+    monkeypatch.setattr(bringup, "secure_run_dir", lambda *_a: None)
+    report = Report(run_id="r", command="up", inventory="i", simulated=True, started_at="t")
+    (tmp_path / "run").mkdir()
+    bringup.run_phases(plan, report, tmp_path / "run", (*PHASES[:2], SCHEDULER_PHASE),
+                       bringup.RunOptions(limit="sim-gpu-2:sim-gpu-3", max_fail="1"),
+                       no_display)
+    assert fake.limits == {"preflight": "sim-gpu-2:sim-gpu-3", "stack": "sim-gpu-2:sim-gpu-3",
+                           "scheduler": "all:!sim-gpu-3"}
