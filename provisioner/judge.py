@@ -150,6 +150,36 @@ def _cdi(host: str, hp: HostPlan, ctk: Section | None) -> Check | None:
                  "CDI spec lists every GPU" if ok else "the CDI spec does not list every GPU")
 
 
+# What the fabric manager role reports per kernel module that is acceptable: loaded, or (in a
+# container, whose kernel is its host's) listed for loading at boot.
+MODULE_STATES_OK = ("loaded", "boot-only (container)")
+
+
+def _nvlsm(host: str, stack: Any, fm: Section | None, completed: bool) -> Check | None:
+    """Fourth-generation NVSwitch systems: the fabric manager does not start without the NVLink
+    subnet manager's packages and its kernel modules (ib_umad)."""
+    modules = tuple(getattr(stack, "fabricmanager_kernel_modules", ()) or ())
+    if not getattr(stack, "fabricmanager_packages", None) and not modules:
+        return None
+    planned = ", ".join(["nvlsm packages installed", *(f"{m} loaded" for m in modules)])
+    if not fm or "nvlsm_missing" not in fm:
+        return _not_measured(host, "fabricmanager_nvlsm", "nvidia_fabricmanager",
+                             "the NVLink subnet manager", planned, completed)
+    missing = [str(p) for p in fm.get("nvlsm_missing") or []]
+    states = {str(k): str(v) for k, v in (fm.get("kernel_modules") or {}).items()}
+    bad = [f"{m} {states.get(m, 'not measured')}" for m in modules
+           if states.get(m) not in MODULE_STATES_OK]
+    problems = ([f"{', '.join(missing)} not installed"] if missing else []) + bad
+    measured = "; ".join(problems) or ", ".join(
+        ["nvlsm packages installed", *(f"{m} {states[m]}" for m in modules)])
+    if problems:
+        return Check(host, "stack", "fabricmanager_nvlsm", "fail", measured, planned,
+                     f"the fabric manager of this NVSwitch generation needs the NVLink subnet "
+                     f"manager: {measured}")
+    return Check(host, "stack", "fabricmanager_nvlsm", "pass", measured, planned,
+                 "NVLink subnet manager installed and its kernel modules in place")
+
+
 def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section],
                  completed: bool) -> list[Check]:
     drv = rep.get("nvidia_driver")
@@ -168,6 +198,7 @@ def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section]
         checks.append(_compare(host, m, measured, planned) if measured
                       else _not_measured(host, m.check, m.section, m.source, planned, completed))
     extra = [_nccl_library(host, rep.get("nccl")),
+             _nvlsm(host, stack, rep.get("nvidia_fabricmanager"), completed),
              _cdi(host, hp, rep.get("nvidia_container_toolkit"))]
     checks.extend(c for c in extra if c is not None)
     return checks

@@ -139,6 +139,21 @@ def dcgm_exporter_package() -> SimPackage:
         description=f"NVIDIA DCGM exporter {up} (simulated)")
 
 
+# The NVLink subnet manager that fourth-generation NVSwitch systems run beside the fabric manager
+# is a package of NVIDIA's CUDA repositories with its own version scheme: a public bring-up
+# guide downloads nvlsm_2025.06.10-1_amd64.deb from NVIDIA's ubuntu2404 CUDA repository. The
+# matrix does not pin it (no release list verified), so the mirror carries that one release.
+NVLSM_VERSION = "2025.06.10-1"
+
+
+def nvlsm_package() -> SimPackage:
+    up = _upstream(NVLSM_VERSION)
+    return SimPackage(name="nvlsm", version=NVLSM_VERSION, files={
+        "/opt/nvidia/nvlsm/sbin/nvlsm": daemon_script("nvlsm"),
+    }, modes={"/opt/nvidia/nvlsm/sbin/nvlsm": 0o755},
+        description=f"NVIDIA NVLink subnet manager {up} (simulated)")
+
+
 # The apt repositories the mirror serves, by NVIDIA's directory name, and the package family of
 # their driver packages (every other component is named as on Debian: packages.py conventions).
 APT_OS_DIRS: dict[str, str] = {"debian12": "apt", "ubuntu2204": "apt_ubuntu",
@@ -245,13 +260,13 @@ def all_packages(matrix: StackMatrix, os_dir: str = "debian12"
     """(CUDA-repo packages, container-toolkit-repo packages) of ``os_dir``'s repositories: the
     apt (dnf for rhel9) pins of every stack of that OS (both driver flavours, the fabric
     manager), each with an older and a newer release beside it, and the unpinned
-    dcgm-exporter."""
+    dcgm-exporter and nvlsm."""
     if os_dir not in OS_DIRS:
         raise InputError(f"the simulated mirror has no {os_dir!r} repository; choose one "
                          f"of {', '.join(OS_DIRS)}")
     pins = _pins(matrix, os_dir)
-    exporter = dcgm_exporter_package()
-    return [exporter, *_with_decoys(pins["cuda"])], _with_decoys(pins["ctk"])
+    unpinned = [dcgm_exporter_package(), nvlsm_package()]
+    return [*unpinned, *_with_decoys(pins["cuda"])], _with_decoys(pins["ctk"])
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,58 @@ def test_nvcc_and_driver_of_other_versions_fail_their_checks(
     # Each fault is that node's: the other node's checks for the same component pass.
     assert checks[("sim-gpu-2", "driver")]["status"] == "pass"
     assert checks[("sim-gpu-1", "nvcc_release")]["status"] in ("pass", "skip")
+
+
+def test_a_fourth_generation_nvswitch_node_gets_nvlsm_and_ib_umad(
+        cli: Cli, inventory: Path, tmp_path: Path) -> None:
+    """The plan of an HGX B200 node asks the fabric manager role for the NVLink subnet manager
+    and ib_umad (unit tests prove the plan does). Here sim-gpu-1's plan is given those inputs:
+    the role installs nvlsm from the mirror with libibumad and infiniband-diags, lists ib_umad
+    for boot (a container cannot load a module into its host's kernel, and says so), and a plan
+    without them takes the boot-time file away again."""
+    import os
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    playbook = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
+    assert playbook, "ansible-playbook is not in the virtualenv"
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(inventory), "-o", str(plan)).returncode == 0
+    data = yaml.safe_load(plan.read_text())
+    host = data["all"]["hosts"]["sim-gpu-1"]
+    assert host["nvidia_fabricmanager_nvlsm_enabled"] is False  # the H100 profile's plan
+    host["nvidia_fabricmanager_nvlsm_enabled"] = True
+    host["nvidia_fabricmanager_nvlsm_packages"] = {
+        "apt": ["nvlsm", "libibumad3", "infiniband-diags"],
+        "apt_ubuntu": ["nvlsm", "libibumad3", "infiniband-diags"],
+        "dnf": ["nvlsm", "libibumad", "infiniband-diags"]}
+    host["nvidia_fabricmanager_kernel_modules"] = ["ib_umad"]
+    nvl5 = tmp_path / "plan-nvl5.yml"
+    nvl5.write_text(yaml.safe_dump(data))
+
+    def stack(plan_file: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [playbook, "-i", str(inventory / "hosts.yml"), "-i", str(plan_file), "--limit",
+             "sim-gpu-1", "--tags", "nvidia_repo,nvidia_fabricmanager", "playbooks/stack.yml"],
+            cwd=root, capture_output=True, text=True, timeout=1200, check=False,
+            env={**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")})
+
+    podman = shutil.which("podman") or "podman"
+
+    def on_node(script: str) -> str:
+        return subprocess.run([podman, "exec", "sim-gpu-1", "sh", "-c", script],
+                              capture_output=True, text=True, timeout=120, check=False).stdout
+
+    out = stack(nvl5)
+    try:
+        assert out.returncode == 0, out.stdout[-4000:]
+        assert on_node("dpkg-query -W -f='${Version}' nvlsm") == "2025.06.10-1"
+        assert "install ok installed" in on_node("dpkg-query -W -f='${Status}' libibumad3")
+        assert "ib_umad" in on_node("cat /etc/modules-load.d/nvidia-fabricmanager.conf")
+    finally:
+        back = stack(plan)
+        on_node("DEBIAN_FRONTEND=noninteractive apt-get remove -y -q nvlsm")
+    assert back.returncode == 0, back.stdout[-4000:]
+    assert on_node("test -e /etc/modules-load.d/nvidia-fabricmanager.conf || echo gone") == "gone\n"

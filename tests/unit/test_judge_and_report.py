@@ -286,3 +286,69 @@ def test_passing_smoke_with_an_unreachable_node_fails(cluster_plan: plan_mod.Clu
     assert fold_results(cluster_plan, report, tmp_path, reports, []) is True
     report = Report("r8", "smoke", "inv", simulated=False, started_at="now")
     assert fold_results(cluster_plan, report, tmp_path, reports, ["gpu-b"]) is False
+
+
+@pytest.fixture
+def b200_plan(tmp_path: Path) -> plan_mod.ClusterPlan:
+    """Two HGX B200 nodes on cuda-13.0 (R580): fourth-generation NVSwitch, so the plan asks for
+    the NVLink subnet manager and ib_umad."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {
+        "b200-a": {"gpu_profile": "hgx-b200-8gpu"}, "b200-b": {"gpu_profile": "hgx-b200-8gpu"}}}}}}))
+    return plan_mod.build(inv)
+
+
+def nvlsm_reports(**b: Any) -> dict[str, dict[str, Any]]:
+    healthy = {"nvlsm_missing": [], "kernel_modules": {"ib_umad": "loaded"}}
+    out = {}
+    for host, fm in (("b200-a", healthy), ("b200-b", {**healthy, **b})):
+        reports = measured()
+        reports["nvidia_fabricmanager"].update(fm)
+        reports["nvidia_container_toolkit"]["cdi_devices"] = [f"nvidia.com/gpu={i}"
+                                                              for i in range(8)]
+        out[host] = reports
+    return out
+
+
+def test_the_b200_plan_asks_for_the_nvlink_subnet_manager(
+        b200_plan: plan_mod.ClusterPlan, cluster_plan: plan_mod.ClusterPlan) -> None:
+    b200 = b200_plan.hosts["b200-a"].variables()
+    assert b200["nvidia_fabricmanager_nvlsm_enabled"] is True
+    assert "nvlsm" in b200["nvidia_fabricmanager_nvlsm_packages"]["apt"]
+    assert b200["nvidia_fabricmanager_kernel_modules"] == ["ib_umad"]
+    h100 = cluster_plan.hosts["gpu-a"].variables()  # third-generation NVSwitch: no nvlsm
+    assert h100["nvidia_fabricmanager_nvlsm_enabled"] is False
+    assert h100["nvidia_fabricmanager_kernel_modules"] == []
+    # ... and no nvlsm check on it.
+    assert ("gpu-a", "fabricmanager_nvlsm") not in by(stack_checks(cluster_plan, role_reports()))
+
+
+def test_nvlsm_installed_and_ib_umad_loaded_or_boot_only_in_a_container_pass(
+        b200_plan: plan_mod.ClusterPlan) -> None:
+    checks = by(stack_checks(b200_plan, nvlsm_reports(
+        kernel_modules={"ib_umad": "boot-only (container)"})))
+    assert checks[("b200-a", "fabricmanager_nvlsm")].status == "pass"
+    assert checks[("b200-b", "fabricmanager_nvlsm")].status == "pass"
+    assert "boot-only" in str(checks[("b200-b", "fabricmanager_nvlsm")].measured)
+
+
+@pytest.mark.parametrize(("fm", "says"), [
+    ({"nvlsm_missing": ["nvlsm"]}, "nvlsm not installed"),
+    ({"kernel_modules": {"ib_umad": "not loaded"}}, "ib_umad not loaded"),
+    ({"kernel_modules": {"ib_umad": "not listed for boot"}}, "ib_umad not listed for boot"),
+    ({"kernel_modules": {}}, "ib_umad not measured"),
+], ids=["package", "not-loaded", "not-at-boot", "unmeasured-module"])
+def test_a_missing_nvlsm_piece_fails_that_node_only(b200_plan: plan_mod.ClusterPlan,
+                                                    fm: dict[str, Any], says: str) -> None:
+    checks = by(stack_checks(b200_plan, nvlsm_reports(**fm)))
+    bad = checks[("b200-b", "fabricmanager_nvlsm")]
+    assert bad.status == "fail" and says in str(bad.measured), bad
+    assert checks[("b200-a", "fabricmanager_nvlsm")].status == "pass"
+
+
+def test_no_nvlsm_measurement_fails_a_completed_phase(b200_plan: plan_mod.ClusterPlan) -> None:
+    reports = nvlsm_reports()
+    del reports["b200-b"]["nvidia_fabricmanager"]["nvlsm_missing"]
+    checks = by(stack_checks(b200_plan, reports))
+    assert checks[("b200-b", "fabricmanager_nvlsm")].status == "fail"
+    assert "published no measurement" in checks[("b200-b", "fabricmanager_nvlsm")].detail
