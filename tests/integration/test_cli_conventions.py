@@ -325,10 +325,11 @@ def test_up_json_refusal_leaves_stdout_empty(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["up", "validate", "smoke", "plan", "stacks", "profiles",
-                                     "inspect", "report"])
+                                     "inspect", "report", "export"])
 def test_every_result_command_takes_json_and_loudness(command: str) -> None:
     required = {"up": ["-i", "x"], "validate": ["-i", "x"], "smoke": ["-i", "x"],
-                "plan": ["-i", "x"], "inspect": ["f"]}.get(command, [])
+                "plan": ["-i", "x"], "inspect": ["f"], "export": ["k8s", "-i", "x"]}.get(
+                    command, [])
     args = cli.build_parser().parse_args([command, *required, "--json", "-q"])
     assert args.json is True and args.quiet is True and args.verbose == 0
     args = cli.build_parser().parse_args(["-vv", command, *required])
