@@ -372,6 +372,10 @@ SIM_SLURM_VARS: dict[str, Any] = {
 }
 
 
+# Imitated OSes whose Slurm and Prometheus packages live outside the OS repositories (EPEL).
+EPEL_ONLY_OSES = ("rocky9",)
+
+
 def sim_slurm_groups(spec: SimSpec) -> dict[str, dict[str, Any]]:
     """The [slurm_controller] group: the first CPU node, when there is one."""
     login = [name for name, group in spec.node_names() if group == "cpu_nodes"]
@@ -540,10 +544,17 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
         if group == "gpu_nodes":
             host["gpu_profile"] = cluster.spec.profile
         groups[group]["hosts"][name] = host
-    groups.update(sim_slurm_groups(cluster.spec))
-    # Prometheus + Alertmanager on the first CPU node (the first GPU node without one).
-    monitor = next(iter(groups["cpu_nodes"]["hosts"] or groups["gpu_nodes"]["hosts"]))
-    groups["monitoring"] = {"hosts": {monitor: {}}}
+    if cluster.spec.os in EPEL_ONLY_OSES:
+        # Slurm, node_exporter, Prometheus and Alertmanager come from EPEL or upstream release
+        # binaries on EL 9, neither reachable from here: what a site without them sets
+        # (README, "RHEL and Rocky"), so the simulated EL cluster runs every other phase.
+        os_vars: dict[str, Any] = {"node_health_node_exporter": False}
+    else:
+        os_vars = dict(SIM_SLURM_VARS)
+        groups.update(sim_slurm_groups(cluster.spec))
+        # Prometheus + Alertmanager on the first CPU node (the first GPU node without one).
+        monitor = next(iter(groups["cpu_nodes"]["hosts"] or groups["gpu_nodes"]["hosts"]))
+        groups["monitoring"] = {"hosts": {monitor: {}}}
     data = {
         "all": {
             "vars": {
@@ -557,7 +568,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                 "gpu_package_source_dir": str(mirror_dir()),
                 "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
                 **sim_inventory_vars(),
-                **SIM_SLURM_VARS,
+                **os_vars,
             },
             "children": groups,
         }

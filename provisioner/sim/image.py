@@ -103,12 +103,12 @@ ln -sf rocky-release /etc/redhat-release
 ln -sf rocky-release /etc/system-release
 # Without it Ansible's facts say Debian (pkg_mgr apt) whatever os-release says.
 rm -f /etc/debian_version
-# The OS packages the roles install (the RDMA userspace) come from Rocky's own repositories,
-# which are not reachable here: Debian's builds are installed (the packages above) and
-# registered in the rpm database under Rocky's package names, so dnf finds them installed.
+# The OS packages the roles install (the RDMA userspace, python3, ping) come from Rocky's own
+# repositories, which are not reachable here: Debian's builds are installed (the packages above)
+# and registered in the rpm database under Rocky's package names, so dnf finds them installed.
 # Version 0, release "debian": no Rocky version is claimed.
 mkdir -p /tmp/os-rpms
-for name in rdma-core libibverbs-utils infiniband-diags perftest; do
+for name in rdma-core libibverbs-utils infiniband-diags perftest python3 iputils; do
   printf '%s\n' "Name: $name" "Version: 0" "Release: debian" \
     "Summary: SIMULATED stand-in for $name (Debian's build underneath)" \
     "License: LicenseRef-simulated" "BuildArch: x86_64" "AutoReqProv: no" \
@@ -146,7 +146,8 @@ IMITATIONS: dict[str, Imitation] = {
     "rocky9": Imitation(
         "bookworm",
         ("dnf", "python3-dnf", "rpm", "dnf-plugins-core", "gir1.2-modulemd-2.0", "python3-gi",
-         "libmodulemd-tools", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"),
+         "libmodulemd-tools", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
+         "iputils-ping"),
         _identity_script(_ROCKY9_OS_RELEASE, {}) + _ROCKY9_SETUP),
 }
 # Every OS a node image can be built for: NVIDIA's repository directory names, plus rocky9.

@@ -168,3 +168,24 @@ def test_faults_are_injected_into_running_nodes_and_healed(
     assert healed["sim-gpu-2"]["etc/gpu-sim/faults"] == b""
     assert b"ACTIVE" in healed["sim-gpu-2"][state]
     assert parse_xid(healed["sim-gpu-2"][log].decode()) == []
+
+
+@pytest.mark.parametrize("node_os", ["debian12", "ubuntu2404", "rocky9"])
+def test_slurm_and_prometheus_only_where_the_os_repositories_carry_them(
+        node_os: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EL 9 has Slurm, node_exporter and Prometheus only in EPEL (or as upstream binaries),
+    which the simulated cluster cannot reach: an imitated Rocky cluster leaves out the groups
+    that install them and turns node_exporter off, as a site without EPEL would."""
+    import yaml
+
+    monkeypatch.setattr(cluster_mod, "sim_state_dir", lambda: tmp_path)
+    cluster = cluster_mod.SimCluster(
+        spec=SimSpec(os=node_os), inventory_dir=tmp_path,
+        addresses={"sim-login-1": "10.89.0.2", "sim-gpu-1": "10.89.0.3", "sim-gpu-2": "10.89.0.4"})
+    cluster_mod._write_inventory(cluster, "A" * 40)
+    data = yaml.safe_load((tmp_path / "hosts.yml").read_text())["all"]
+    el = node_os == "rocky9"
+    assert ("slurm_controller" in data["children"]) is not el
+    assert ("monitoring" in data["children"]) is not el
+    assert data["vars"].get("node_health_node_exporter", True) is not el
+    assert set(data["children"]["gpu_nodes"]["hosts"]) == {"sim-gpu-1", "sim-gpu-2"}
