@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import EnvironmentProblem
-from provisioner.paths import collection_root, collections_path, workspace_root
+from provisioner.paths import collection_root, collections_path
 from provisioner.results import (
     HostStats,
     PlaybookResult,
@@ -247,7 +247,13 @@ def run_playbook(
         "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FACT_CACHING_CONNECTION": str(workspace_root() / ".ansible" / "facts"),
+        # No shared fact cache: ansible-runner points each phase's cache at its own artifacts
+        # directory (ANSIBLE_CACHE_PLUGIN_CONNECTION, set after these variables), so every
+        # phase gathers afresh and facts of an earlier run (a reinstalled node) never leak in.
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment does not set
+        # it, which would override ansible.cfg's `host_key_checking = true` for every run: keep
+        # it on. An inventory that turns it off for a host still can (the report says so).
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
             [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
                 os.pathsep),

@@ -88,3 +88,31 @@ def test_unreachable_host_is_reported(tmp_path: Path, project: Path) -> None:
     assert not result.ok
     assert result.stats["ghost"].unreachable == 1
     assert result.failures[0].unreachable
+
+
+HOST_KEYS = """
+- name: Test | What the run's Ansible says about host keys
+  hosts: node-a
+  gather_facts: false
+  tasks:
+    - name: Test | Publish the effective setting
+      ansible.builtin.set_fact:
+        keys_report:
+          checking: "{{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"
+"""
+
+
+@pytest.mark.parametrize("environment", [None, "False", "no"])
+def test_host_key_checking_stays_on_whatever_runner_or_environment_say(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        environment: str | None) -> None:
+    """ansible-runner turns host key checking off when the environment does not set it; an
+    ANSIBLE_HOST_KEY_CHECKING=False in the caller's environment must not turn it off either."""
+    (Path(str(project.parent)) / "project" / "playbooks" / "keys.yml").write_text(HOST_KEYS)
+    if environment is None:
+        monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    else:
+        monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", environment)
+    result = runner.run_playbook("keys.yml", [project], tmp_path / "run", "01-keys", timeout=120)
+    assert result.ok, result.failures
+    assert result.reports["node-a"]["keys"]["checking"] is True
