@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
@@ -24,6 +24,9 @@ from provisioner.results import PlaybookResult, ProgressCallback
 from provisioner.runner import host_key_checking_off, raise_if_cancelled, run_playbook
 from provisioner.untrusted import secrets_in
 
+if TYPE_CHECKING:
+    from provisioner.wheelhouse import NodePlatform
+
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
 UP_PHASES: tuple[tuple[str, str], ...] = (
     ("preflight", "preflight.yml"),
@@ -37,6 +40,9 @@ UP_PHASES: tuple[tuple[str, str], ...] = (
 MONITORING_GROUP = "monitoring"
 VALIDATE_PHASES: tuple[tuple[str, str], ...] = (("validate", "validate.yml"),)
 SMOKE_PHASE = ("smoke", "smoke.yml")
+# Run by the smoke phase before it builds the wheelhouse: the GPU nodes' Python and machine as
+# they are now (facts cached by an earlier run may predate a node's reinstall).
+FACTS_PHASE = ("facts", "facts.yml")
 
 DisplayFactory = Callable[[str], AbstractContextManager[ProgressCallback]]
 
@@ -49,12 +55,16 @@ class RunOptions:
     reboot_ok: bool = False
     # How the smoke job starts: "direct" (torchrun on every node) or "slurm" (srun).
     launcher: str = "direct"
+    # Which smoke job runs: "pytorch" (torchrun, DDP) or "tensorflow" (MultiWorkerMirrored).
+    framework: str = "pytorch"
     # How many nodes the run may lose (failed or unreachable) and go on with the others:
     # "N" or "P%" of the nodes it targets; None is the default policy (allowed_losses).
     max_fail: str | None = None
     # --retry-failed: the phases before validate run on these hosts only; validate and what
     # follows run on the whole cluster again.
     retry_hosts: tuple[str, ...] = ()
+    # Before each phase's artifact name (`upgrade` runs the same phases once per batch).
+    ident_prefix: str = ""
 
 
 # The Slurm phase (provisioner.slurm.SCHEDULER_PHASE): never limited to a subset of nodes.
@@ -217,7 +227,8 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             # preflight.yml's last play applies the policy to the nodes it targeted.
             extravars["gpuc_max_fail"] = options.max_fail
         with display(f"{name} ({playbook})") as progress:
-            result = run_playbook(playbook, inventories, run_dir, f"{index:02d}-{name}",
+            result = run_playbook(playbook, inventories, run_dir,
+                                  f"{options.ident_prefix}{index:02d}-{name}",
                                   extravars=extravars, limit=limit,
                                   timeout=options.timeout_s, check_mode=options.check_mode,
                                   on_progress=progress)
@@ -276,23 +287,71 @@ def monitoring_notes(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]
 
 def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: list[Path],
               index: int, options: RunOptions, display: DisplayFactory) -> bool:
-    """The smoke job phase: serve the wheelhouse, run smoke.yml, judge every pass."""
+    """The smoke job phase: gather the GPU nodes' platforms afresh (facts.yml), build and serve
+    the wheelhouse for them, run smoke.yml, judge every pass."""
     from provisioner.paths import cache_dir
-    from provisioner.smokerun import extravars, fold_results, wheelhouse_url
+    from provisioner.smokerun import builds_wheelhouse, extravars, fold_results, wheelhouse_url
 
-    with wheelhouse_url(plan, cache_dir()) as url, display("smoke (smoke.yml)") as progress:
+    limit = options.limit
+    platforms: list[NodePlatform] = []
+    lost_before = len(report.lost_hosts)
+    if builds_wheelhouse(plan):
+        gathered = _gather_platforms(plan, report, run_dir, inventories, index, options, display)
+        if gathered is None:
+            return False
+        limit, platforms = gathered
+    house = wheelhouse_url(plan, cache_dir(), platforms, framework=options.framework)
+    with house as url, display("smoke (smoke.yml)") as progress:
         result = run_playbook(SMOKE_PHASE[1], inventories, run_dir, f"{index:02d}-smoke",
                               extravars=extravars(plan, report.run_id, run_dir, url,
-                                                  launcher=options.launcher),
-                              limit=options.limit, timeout=options.timeout_s,
+                                                  launcher=options.launcher,
+                                                  framework=options.framework),
+                              limit=limit, timeout=options.timeout_s,
                               on_progress=progress)
     phase = report.add_phase("smoke", result)
     secure_run_dir(run_dir, report)
     raise_if_cancelled()
     unreachable = sorted(h for h, s in result.stats.items() if s.unreachable)
     judged = fold_results(plan, report, run_dir, result.reports, unreachable,
-                          launcher=options.launcher)
-    return phase.ok and judged
+                          launcher=options.launcher, framework=options.framework)
+    return phase.ok and judged and len(report.lost_hosts) == lost_before
+
+
+def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
+                      inventories: list[Path], index: int, options: RunOptions,
+                      display: DisplayFactory) -> tuple[str | None, list[NodePlatform]] | None:
+    """facts.yml on the smoke run's GPU nodes: the platforms they publish (a note for nodes
+    that publish none) and the smoke job's limit. A node the play cannot reach or fails on is
+    lost, as in the other phases, and left out of the job; None when no node is left or the
+    play itself failed."""
+    from provisioner.smokerun import platforms_of
+
+    name, playbook = FACTS_PHASE
+    with display(f"{name} ({playbook})") as progress:
+        result = run_playbook(playbook, inventories, run_dir,
+                              f"{options.ident_prefix}{index:02d}-{name}",
+                              limit=options.limit, timeout=options.timeout_s,
+                              on_progress=progress)
+    phase = report.add_phase(name, result)
+    secure_run_dir(run_dir, report)
+    raise_if_cancelled()
+    # Recorded as lost in the smoke phase: `up --retry-failed` reruns that phase, this play
+    # included.
+    newly = _losses(result, [], SMOKE_PHASE[0])
+    report.lost_hosts.update(newly)
+    reached = [host for host in result.stats if host not in newly]
+    failed = not phase.ok and not newly  # the play itself, not a node
+    if failed or not reached:
+        report.notes.append(f"the smoke job did not run: {playbook} "
+                            + ("failed" if failed else "reached no GPU node"))
+        return None
+    if newly:
+        report.notes.append(f"{name}: the smoke job goes on without "
+                            f"{', '.join(sorted(newly))} ({len(report.lost_hosts)} lost)")
+    gpu = [host for host in reached if host in plan.hosts and plan.hosts[host].kind == "gpu"]
+    platforms, notes = platforms_of(result.reports, gpu)
+    report.notes.extend(notes)
+    return _limit_without(options.limit, newly), platforms
 
 
 def secure_run_dir(run_dir: Path, report: Report) -> None:

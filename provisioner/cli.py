@@ -127,10 +127,34 @@ def _max_fail(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _batch_size(text: str) -> str:
+    from provisioner.upgrade import parse_batch_size
+
+    try:
+        return parse_batch_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    """A whole number above zero."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number above 0")
+    return int(text)
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--json", action="store_true",
                         help=f"print {what} as one JSON document on stdout (progress and "
                         "notices go to stderr)")
+
+
+def _framework_option(parser: argparse.ArgumentParser) -> None:
+    # The choices are provisioner.wheelhouse.FRAMEWORKS (not imported here: `--help` stays light;
+    # tests/integration checks they agree).
+    parser.add_argument("--framework", choices=["pytorch", "tensorflow"], default="pytorch",
+                        help="the smoke job's framework: PyTorch DDP under torchrun (default) "
+                        "or TensorFlow's MultiWorkerMirroredStrategy, one worker per node")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--inventory", "-i", required=True)
     up.add_argument("--limit", help="Ansible host pattern to restrict the run to")
     up.add_argument("--skip-smoke", action="store_true", help="do not run the smoke job")
+    _framework_option(up)
     up.add_argument("--yes", "-y", action="store_true",
                     help="do not ask before changing real (non-simulated) hosts")
     up.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
@@ -162,6 +187,31 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--check", action="store_true",
                     help="dry run (ansible --check): report what would change, change nothing")
     _json_option(up, "the run's report")
+
+    upg = sub.add_parser("upgrade", help="another stack on the GPU nodes, a batch at a time: "
+                         "drain in Slurm, wait for the jobs, install, validate, resume")
+    upg.add_argument("--inventory", "-i", required=True)
+    upg.add_argument("--stack", required=True,
+                     help="the stack every GPU node gets (provisioner stacks); planned and "
+                     "checked like gpu_stack before any host is touched")
+    upg.add_argument("--batch-size", type=_batch_size, default="1", metavar="N|P%",
+                     help="nodes upgraded at a time: N nodes or P%% of the GPU nodes, rounded "
+                     "up (default 1)")
+    upg.add_argument("--drain-timeout", type=_seconds, default=3600, metavar="SECONDS",
+                     help="how long to wait for the jobs on a drained batch to end; then the "
+                     "upgrade stops, the batch stays drained (default 3600)")
+    upg.add_argument("--force", action="store_true",
+                     help="cancel the jobs still running on a batch after --drain-timeout "
+                     "(scancel) instead of stopping")
+    upg.add_argument("--max-failed-batches", type=_count, default=1, metavar="N",
+                     help="stop after N failed batches; later batches are not touched "
+                     "(default 1)")
+    upg.add_argument("--reboot", action="store_true",
+                     help="reboot nodes whose new driver needs it (default: report them)")
+    upg.add_argument("--yes", "-y", action="store_true",
+                     help="do not ask before changing real (non-simulated) hosts")
+    upg.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
+    _json_option(upg, "the run's report")
 
     stacks = sub.add_parser("stacks", help="the matrix of known-good stacks")
     stacks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
@@ -184,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     smk.add_argument("--launcher", choices=["direct", "slurm"], default=None,
                      help="how the job starts: srun through Slurm (the default when the "
                      "inventory has Slurm) or torchrun on every node directly")
+    _framework_option(smk)
     _json_option(smk, "the run's report")
 
     val = sub.add_parser("validate", help="check every GPU node against its hardware profile "
@@ -272,7 +323,7 @@ _COMPLETERS: dict[str, Callable[..., Any]] = {
 
 def _finish(parser: argparse.ArgumentParser) -> None:
     """Give every command -v/-q and the completers of its arguments."""
-    completers = {**_COMPLETERS, "profile": profile_names}
+    completers = {**_COMPLETERS, "profile": profile_names, "stack": stack_names}
     for child in _subparsers(parser):
         if not any("--verbose" in a.option_strings for a in child._actions):
             _global_options(child, command=True)
@@ -341,6 +392,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _plan(args)
     if args.command == "up":
         return _up(args)
+    if args.command == "upgrade":
+        return _upgrade(args)
     if args.command == "validate":
         return _validate(args)
     if args.command == "smoke":
@@ -495,22 +548,28 @@ def _display_factory(args: argparse.Namespace) -> Callable[
     return display
 
 
+def _confirm(args: argparse.Namespace, cp: ClusterPlan, question: str) -> None:
+    """Real hosts are changed only with --yes or a yes at the prompt (on a terminal)."""
+    if cp.simulated or args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise InputError(f"{args.command} changes real hosts: pass --yes to run "
+                         "non-interactively")
+    # The question goes to stderr: stdout is for results (and for --json, only JSON).
+    try:
+        answer = errconsole.input(escape(f"{question} [y/N] "))
+    except EOFError:
+        raise InputError("aborted: no answer (end of input at the confirmation prompt); "
+                         "nothing was changed") from None
+    if answer.strip().lower() not in ("y", "yes"):
+        raise InputError("aborted: nothing was changed")
+
+
 def _up(args: argparse.Namespace) -> int:
     from provisioner import bringup
 
     cp = _build(args.inventory)
-    if not cp.simulated and not args.yes:
-        if not sys.stdin.isatty():
-            raise InputError("up changes real hosts: pass --yes to run non-interactively")
-        # The question goes to stderr: stdout is for results (and for --json, only JSON).
-        try:
-            answer = errconsole.input(escape(f"Provision {len(cp.hosts)} host(s) from "
-                                             f"{args.inventory}? [y/N] "))
-        except EOFError:
-            raise InputError("aborted: no answer (end of input at the confirmation prompt); "
-                             "nothing was changed") from None
-        if answer.strip().lower() not in ("y", "yes"):
-            raise InputError("aborted: nothing was changed")
+    _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
     from provisioner import slurm
 
     scheduler = (slurm.SCHEDULER_PHASE,) if slurm.configured(cp) else ()
@@ -522,8 +581,27 @@ def _up(args: argparse.Namespace) -> int:
     options = bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
         max_fail=args.max_fail, launcher=slurm.choose_launcher(cp, None),
-        retry_hosts=retry.hosts if retry else ())
+        framework=args.framework, retry_hosts=retry.hosts if retry else ())
     return _run(args, cp, "up", phases, options, resumes=retry)
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    """`upgrade`: the plan with --stack on every GPU node (refused like `up` would refuse it,
+    before any host is touched), then the batches."""
+    from functools import partial
+
+    from provisioner import bringup, slurm, upgrade
+
+    cp = _build(args.inventory, stack=args.stack)
+    slurm.configured(cp)  # slurm_enabled without a host for slurmctld: refused here, not midway
+    _confirm(args, cp, f"Upgrade {len(cp.inventory.gpu_hosts)} GPU node(s) of "
+             f"{args.inventory} to {args.stack}, {args.batch_size} at a time?")
+    settings = upgrade.UpgradeSettings(
+        stack=args.stack, batch_size=args.batch_size, drain_timeout_s=args.drain_timeout,
+        force=args.force, max_failed_batches=args.max_failed_batches)
+    options = bringup.RunOptions(timeout_s=args.timeout, reboot_ok=args.reboot)
+    return _run(args, cp, "upgrade", upgrade.BATCH_PHASES, options,
+                execute=partial(upgrade.run, settings=settings))
 
 
 def _retry(args: argparse.Namespace, inventory: str, phase_names: list[str]) -> Any:
@@ -665,15 +743,17 @@ def _smoke(args: argparse.Namespace) -> int:
     cp = _build(args.inventory)
     return _run(args, cp, "smoke", (bringup.SMOKE_PHASE,),
                 bringup.RunOptions(limit=args.limit, timeout_s=args.timeout,
-                                   launcher=slurm.choose_launcher(cp, args.launcher)))
+                                   launcher=slurm.choose_launcher(cp, args.launcher),
+                                   framework=args.framework))
 
 
-def _build(inventory: str) -> ClusterPlan:
-    """The plan, refused when simulation is not a property of the whole run: a simulated
-    profile on a host of an inventory whose hosts are not all ``provisioner_simulated``."""
+def _build(inventory: str, stack: str | None = None) -> ClusterPlan:
+    """The plan (``stack``: every GPU node's gpu_stack, see plan.build), refused when
+    simulation is not a property of the whole run: a simulated profile on a host of an
+    inventory whose hosts are not all ``provisioner_simulated``."""
     from provisioner import plan as plan_mod
 
-    cp = plan_mod.build(inventory)
+    cp = plan_mod.build(inventory, stack=stack)
     if not cp.inventory.simulated:
         sim = sorted(n for n, h in cp.hosts.items() if h.profile is not None
                      and h.profile.simulated)
@@ -740,9 +820,11 @@ def _refuse_insecure_env(cp: ClusterPlan) -> None:
 
 
 def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
-         phases: Sequence[tuple[str, str]], options: RunOptions, resumes: Any = None) -> int:
+         phases: Sequence[tuple[str, str]], options: RunOptions, resumes: Any = None,
+         execute: Callable[..., bool] | None = None) -> int:
     """Run phases on a validated plan, save the report, print it; the exit code of the run.
-    The report is saved whatever stops the run (a signal, an error of ours)."""
+    The report is saved whatever stops the run (a signal, an error of ours). ``execute``
+    runs them instead of bringup.run_phases, with the same arguments (`upgrade`'s batches)."""
     from provisioner import bringup, render, runlock, runner
     from provisioner.report import runs_dir
 
@@ -769,8 +851,8 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
             if report.host_key_checking_off:
                 _chatter(args).print(escape(f"warning: {report.notes[0]}"), soft_wrap=True)
             try:
-                ok = bringup.run_phases(cp, report, run_dir, phases, options,
-                                        _display_factory(args))
+                ok = (execute or bringup.run_phases)(cp, report, run_dir, phases, options,
+                                                     _display_factory(args))
             except runner.Interrupted as exc:
                 with _signals_held():
                     report.notes.append(f"interrupted by {exc.name}: ansible-playbook was "

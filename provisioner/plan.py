@@ -133,10 +133,16 @@ class ClusterPlan:
 
 
 def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
-          profiles: dict[str, Profile] | None = None) -> ClusterPlan:
+          profiles: dict[str, Profile] | None = None, *, stack: str | None = None) -> ClusterPlan:
+    """The plan of an inventory. ``stack`` (``provisioner upgrade --stack``) is the gpu_stack
+    of every GPU host, over the inventory's own; the rest of the resolution and every rule stay
+    the same, so an override that cannot work is refused like a bad inventory."""
     inventory = inv_mod.load(inventory_path)
     matrix = matrix or load_matrix()
     profiles = profiles if profiles is not None else load_profiles()
+    if stack is not None and stack not in matrix.stacks:
+        raise InputError(f"stack {stack!r} is not a known stack; choose one of "
+                         f"{matrix.stack_names()}")
     plan = ClusterPlan(inventory=inventory)
     where = f"inventory {inventory.source}"
     gpu_fabrics: set[str] = set()
@@ -151,13 +157,14 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         if profile is None:
             raise InputError(f"{where}: host {name}: gpu_profile {profile_name!r} is unknown; "
                              f"choose one of {', '.join(sorted(profiles))}")
+        hostvars = entry.vars if stack is None else {**entry.vars, "gpu_stack": stack}
         try:
-            stack = resolve_stack(name, entry.vars, profile, matrix)
+            host_stack = resolve_stack(name, hostvars, profile, matrix)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from exc
         fabric = str(entry.vars.get("fabric") or profile.fabric)
         gpu_fabrics.add(fabric)
-        plan.hosts[name] = _gpu_host(name, profile, stack, fabric, matrix)
+        plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix)
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
             plan.hosts[name] = HostPlan(

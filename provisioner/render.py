@@ -63,6 +63,8 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
                        ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else ""),
                        f"{ph['duration_s']:.1f}")
     console.print(phases)
+    if data.get("batches"):
+        batches_table(console, data["batches"])
     checks = data.get("checks", [])
     if checks:
         _checks_table(console, checks)
@@ -84,6 +86,40 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
     for note in data.get("notes", []):
         console.print(escape(f"note: {note}"))
     verdict(console, data)
+
+
+def batches_table(console: Console, batches: Sequence[Mapping[str, Any]]) -> None:
+    """`upgrade`: one row per batch (drain and job wait, each phase, what Slurm was told),
+    then one line per node the upgrade left drained, with the reason it left on it."""
+    table = Table(title="upgrade batches")
+    for col in ("batch", "nodes", "drain", "stack", "validate", "monitoring", "slurm",
+                "outcome"):
+        table.add_column(col)
+    for b in batches:
+        phases = b.get("phases") or {}
+        if b.get("drained_at"):
+            jobs = len(b.get("jobs_waited_for") or [])
+            drain = f"waited {b.get('drain_wait_s') or 0:.0f}s for {jobs} job(s)"
+            if b.get("jobs_cancelled"):
+                drain += f", cancelled {len(b['jobs_cancelled'])}"
+        else:
+            drain = "-"
+        kept = b.get("kept_drained") or {}
+        slurm = "; ".join(part for part in (
+            f"resumed {', '.join(b['resumed'])}" if b.get("resumed") else "",
+            f"kept drained {', '.join(kept)}" if kept else "") if part) or "-"
+        outcome = str(b.get("outcome", "?"))
+        style = "green" if outcome == "passed" else "dim" if outcome == "not run" else "bold red"
+        table.add_row(str(b.get("number")), escape(", ".join(b.get("nodes") or [])),
+                      escape(drain), *(escape(str(phases.get(name, "-")))
+                                       for name in ("stack", "validate", "monitoring")),
+                      escape(slurm), f"[{style}]{escape(outcome)}[/{style}]")
+    console.print(table)
+    for b in batches:
+        for node, why in (b.get("kept_drained") or {}).items():
+            console.print("[yellow]drained[/yellow] " + escape(f"{node}: {why}"))
+        if b.get("outcome") not in ("passed", "not run") and b.get("detail"):
+            console.print(f"[bold red]batch {b.get('number')}[/] " + escape(str(b["detail"])))
 
 
 def verdict(console: Console, data: Mapping[str, Any]) -> None:
@@ -196,7 +232,11 @@ def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
     for run in smoke.get("runs", []):
         sim = "SIMULATED " if smoke.get("simulated") else ""
         via = f", launched by {smoke['launcher']}" if smoke.get("launcher") else ""
-        title = (f"{sim}smoke: {run.get('label')} all-reduce ({run.get('backend')}, "
+        # The framework of the job's own passes (nccl-tests have none); reports from before
+        # the second framework have no `framework`: PyTorch ran them.
+        framework = ("" if str(run.get("label", "")).startswith("nccl-tests")
+                     else f"{smoke.get('framework') or 'pytorch'}, ")
+        title = (f"{sim}smoke: {run.get('label')} all-reduce ({framework}{run.get('backend')}, "
                  f"{run.get('world_size')} ranks on {run.get('nnodes')} node(s){via})")
         table = Table(title=escape(title))
         for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "correct"):

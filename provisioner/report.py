@@ -117,6 +117,30 @@ class Phase:
 
 
 @dataclass
+class Batch:
+    """One batch of `provisioner upgrade`: what happened to its nodes, in order."""
+
+    number: int
+    nodes: list[str]
+    # passed | failed | drain timed out | drain failed | interrupted | not run
+    outcome: str = "not run"
+    # Slurm: when the nodes were drained, how long the upgrade waited for their jobs (seconds),
+    # the jobs it waited for (and cancelled, --force); None without Slurm.
+    drained_at: str | None = None
+    drain_wait_s: float | None = None
+    jobs_waited_for: list[str] = field(default_factory=list)
+    jobs_cancelled: list[str] = field(default_factory=list)
+    # When the stack phase of this batch started (after the drain).
+    stack_started_at: str | None = None
+    # Phase -> "passed", "failed on NODE, ..." or "not run" (stack, validate, monitoring).
+    phases: dict[str, str] = field(default_factory=dict)
+    resumed: list[str] = field(default_factory=list)
+    # Node -> why it stays drained (the Slurm reason the upgrade left on it).
+    kept_drained: dict[str, str] = field(default_factory=dict)
+    detail: str = ""
+
+
+@dataclass
 class Report:
     run_id: str
     command: str
@@ -139,6 +163,8 @@ class Report:
     # `up --retry-failed`: the run this one resumes (its id) and the hosts it retried.
     resumes: str | None = None
     retried_hosts: list[str] = field(default_factory=list)
+    # `upgrade`: one entry per batch, in order (those it did not reach: outcome "not run").
+    batches: list[Batch] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)
@@ -243,6 +269,8 @@ class Report:
                 ET.SubElement(case, "failure", message=_xml(
                     f"{phase.playbook}: {phase.status} (rc {phase.rc})"), type="phase")
             _count(suite)
+        if self.batches:
+            _batch_suite(root, prefix, self.batches)
         # The verdict as a case of its own: a failed or interrupted run is never an empty or
         # all-green file, whatever stopped it.
         suite = _suite(root, f"{prefix}run")
@@ -254,6 +282,22 @@ class Report:
         _count(suite)
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _batch_suite(root: ET.Element, prefix: str, batches: list[Batch]) -> None:
+    """`upgrade`: one testcase per batch; a failed batch is a failure, one not run skipped."""
+    suite = _suite(root, f"{prefix}upgrade batches")
+    for batch in batches:
+        case = ET.SubElement(suite, "testcase", classname="upgrade",
+                             name=f"batch {batch.number}: {','.join(batch.nodes)}")
+        if batch.outcome == "not run":
+            ET.SubElement(case, "skipped", message=_xml(batch.detail or "not run"))
+        elif batch.outcome != "passed":
+            failure = ET.SubElement(case, "failure", message=_xml(
+                f"{batch.outcome}: {batch.detail}"), type="batch")
+            failure.text = _xml("\n".join(f"{node}: {why}"
+                                          for node, why in batch.kept_drained.items()))
+    _count(suite)
 
 
 # Characters XML 1.0 cannot carry at all (terminal escapes in a task's stderr, say): ElementTree

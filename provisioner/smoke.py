@@ -56,6 +56,9 @@ class DdpResult(_Model):
 
 class SmokeResult(_Model):
     schema_: Literal[1] = Field(alias="schema")
+    # gpuc_smoke.py (PyTorch) leaves it out; gpuc_smoke_tf.py says "tensorflow". Both write
+    # the same fields: the TensorFlow job's Keras training steps sit under `ddp`.
+    framework: Literal["pytorch", "tensorflow"] = "pytorch"
     label: str
     backend: str
     world_size: int = Field(ge=1)
@@ -168,6 +171,12 @@ def _floor_check(result: SmokeResult, floor_gbps: float | None, simulated: bool,
     return FloorCheck(floor_gbps, best, True, None, size), None
 
 
+def training_name(framework: str) -> str:
+    """What the training check is called in messages: PyTorch's DDP, or Keras under
+    TensorFlow's MultiWorkerMirroredStrategy."""
+    return "DDP" if framework == "pytorch" else "Keras (MultiWorkerMirroredStrategy)"
+
+
 def judge(result: SmokeResult, floor_gbps: float | None, simulated: bool) -> SmokeVerdict:
     """Decide pass/fail. Correctness and DDP always count; the floor only with NCCL on real
     GPUs, at the largest size measured (>= 1 GiB)."""
@@ -186,15 +195,17 @@ def judge(result: SmokeResult, floor_gbps: float | None, simulated: bool) -> Smo
     wrong = [row.size for row in rows if not row.correct]
     if wrong:
         failures.append(f"{label} all-reduce gave wrong results at sizes {', '.join(wrong)}")
+    training = training_name(result.framework)
     if result.ddp is None:
         if not result.errors:
-            failures.append(f"{label} the job did not run the DDP check")
+            failures.append(f"{label} the job did not run the {training} check")
     else:
         if not result.ddp.decreased:
-            failures.append(f"{label} DDP loss did not decrease "
+            failures.append(f"{label} {training} loss did not decrease "
                             f"({result.ddp.loss_first:.6g} -> {result.ddp.loss_last:.6g})")
         if not result.ddp.params_identical:
-            failures.append(f"{label} DDP parameters differ between ranks after training")
+            failures.append(f"{label} {training} parameters differ between ranks after "
+                            "training")
     if rows:
         floor, floor_failure = _floor_check(result, floor_gbps, simulated, rows)
         if floor_failure:

@@ -9,22 +9,23 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from provisioner.busbw import CPU_SIZES, FLOOR_MIN_BYTES, GPU_SIZES, human_size
 from provisioner.errors import EnvironmentProblem, InputError
-from provisioner.paths import workspace_root
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report
-from provisioner.smoke import judge, load_smoke_result
+from provisioner.smoke import judge, load_smoke_result, training_name
 from provisioner.wheelhouse import (
     NodePlatform,
     controller_platform,
     ensure_wheelhouse,
-    node_platforms,
+    framework_requirements,
+    framework_subdir,
+    platform_from_facts,
 )
 
 SIM_NPROC_PER_NODE = 2
@@ -37,38 +38,74 @@ def _first_gpu_host(plan: ClusterPlan) -> str:
     return next(h for h, hp in plan.hosts.items() if hp.kind == "gpu")
 
 
-def _platforms(plan: ClusterPlan) -> list[NodePlatform]:
-    """The distinct platforms of the GPU nodes, from the fact cache of earlier runs; nodes
-    without cached facts are taken to match the controller (a warning in the report would
-    be the place to say so; the node's pip then refuses a wheel that does not fit)."""
-    hosts = [h for h, hp in plan.hosts.items() if hp.kind == "gpu"]
-    found = node_platforms(workspace_root() / ".ansible" / "facts", hosts)
-    platforms = set(found.values())
-    if len(found) < len(hosts):
-        platforms.add(controller_platform())
-    return sorted(platforms)
+def builds_wheelhouse(plan: ClusterPlan) -> bool:
+    """False when the inventory names a site index (``smoke_job_pip_index_url``): nodes install
+    from there, so no wheelhouse is built and the nodes' platforms do not matter."""
+    return not plan.inventory.hosts[_first_gpu_host(plan)].vars.get("smoke_job_pip_index_url")
+
+
+# The section playbooks/facts.yml publishes per GPU node (``node_platform_report``): its
+# ansible_facts['python'] and ['architecture'] as the smoke phase found them.
+PLATFORM_SECTION = "node_platform"
+# How many node names a note lists before it says "and N more".
+_NAMED = 10
+
+
+def platforms_of(reports: Mapping[str, Mapping[str, Any]],
+                 hosts: Sequence[str]) -> tuple[list[NodePlatform], list[str]]:
+    """The distinct platforms of the GPU nodes ``hosts``, from what facts.yml published for
+    each (``reports``: host -> report sections), and the report's notes. A node that
+    published no usable platform is taken to match the controller, and a note says so: its
+    pip refuses those wheels when its Python or machine differs."""
+    platforms: set[NodePlatform] = set()
+    missing = []
+    for host in hosts:
+        published = (reports.get(host) or {}).get(PLATFORM_SECTION)
+        found = platform_from_facts(published) if isinstance(published, Mapping) else None
+        if found is None:
+            missing.append(host)
+        else:
+            platforms.add(found)
+    if not missing:
+        return sorted(platforms), []
+    guess = controller_platform()
+    platforms.add(guess)
+    named = ", ".join(missing[:_NAMED]) + (
+        f" and {len(missing) - _NAMED} more" if len(missing) > _NAMED else "")
+    return sorted(platforms), [
+        f"wheelhouse: no Python version or known machine (x86_64, aarch64) from {named}: "
+        f"their wheels were built for the controller's platform ({guess.key}), which pip on "
+        "those nodes refuses if their Python or machine differs"]
 
 
 @contextlib.contextmanager
-def wheelhouse_url(plan: ClusterPlan, cache: Path) -> Iterator[str]:
-    """The URL of the wheelhouse nodes install PyTorch from (one directory per node platform
-    under it, holding the wheels and a hashed requirements.txt). When the package mirror is a
+def wheelhouse_url(plan: ClusterPlan, cache: Path,
+                   platforms: Sequence[NodePlatform] = (),
+                   framework: str = "pytorch") -> Iterator[str]:
+    """The URL of the wheelhouse nodes install the smoke job's ``framework`` from (one
+    directory per node platform under it, holding the wheels and a hashed requirements.txt;
+    TensorFlow's under ``tensorflow/``, apart from PyTorch's). ``platforms``: the GPU nodes'
+    (:func:`platforms_of`); none given, the controller's. When the package mirror is a
     directory of this controller (``gpu_package_source_dir``, as on the simulated cluster), the
     wheelhouse goes into it and the mirror serves it; otherwise the controller serves the
     wheelhouse itself for the length of the run, on the address the nodes route to only.
     Empty when the inventory names a site index (``smoke_job_pip_index_url``): nodes install
     from there and nothing is built or served."""
     first = plan.inventory.hosts[_first_gpu_host(plan)]
-    if first.vars.get("smoke_job_pip_index_url"):
+    if not builds_wheelhouse(plan):
         yield ""
         return
-    platforms = _platforms(plan)
+    requirements = framework_requirements(framework, plan.simulated)
+    sub = framework_subdir(framework)
     mirror_dir = first.vars.get("gpu_package_source_dir")
     if mirror_dir:
-        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels", platforms=platforms)
-        yield str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
+        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels" / sub, requirements=requirements,
+                          platforms=platforms)
+        yield (str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
+               + (f"{sub}/" if sub else ""))
         return
-    house = ensure_wheelhouse(cache / "wheelhouse", platforms=platforms)
+    house = ensure_wheelhouse(cache / "wheelhouse" / sub, requirements=requirements,
+                              platforms=platforms)
     target = str(first.vars.get("ansible_host") or first.name)
     address = _local_address_towards(target)
     handler = functools.partial(_QuietHandler, directory=str(house))
@@ -101,7 +138,7 @@ def _local_address_towards(host: str) -> str:
 
 
 def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
-              launcher: str = "direct") -> dict[str, Any]:
+              launcher: str = "direct", framework: str = "pytorch") -> dict[str, Any]:
     first = plan.hosts[_first_gpu_host(plan)]
     gpus = first.profile.gpu_count if first.profile else 0
     out: dict[str, Any] = {
@@ -109,6 +146,10 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
         "smoke_job_run_id": run_id,
         "smoke_job_artifacts_dir": str(run_dir / "smoke"),
         "smoke_job_launcher": launcher,
+        "smoke_job_framework": framework,
+        # What a site index (smoke_job_pip_index_url) installs: the build the wheelhouse has.
+        "smoke_job_tensorflow_requirements": list(
+            framework_requirements("tensorflow", plan.simulated)),
         # srun allocates the profile's GPUs per node (GRES), on the simulated cluster too,
         # where the job itself then runs on CPUs.
         "smoke_job_slurm_gpus_per_node": gpus,
@@ -127,7 +168,8 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
 
 def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                  reports: Mapping[str, Mapping[str, Any]],
-                 unreachable: list[str], launcher: str = "direct") -> bool:
+                 unreachable: list[str], launcher: str = "direct",
+                 framework: str = "pytorch") -> bool:
     """Judge each pass and put tables, checks and logs in the report. True when all passed."""
     out_dir = run_dir / "smoke"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -170,7 +212,8 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
         ok = False
         report.notes.append("the smoke job produced no results"
                             + (f" (unreachable: {', '.join(unreachable)})" if unreachable else ""))
-    report.smoke = {"simulated": plan.simulated, "launcher": launcher, "runs": runs}
+    report.smoke = {"simulated": plan.simulated, "launcher": launcher,
+                    "framework": framework, "runs": runs}
     return ok and not unreachable
 
 
@@ -261,7 +304,8 @@ def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | 
     floor_text = (f"floor skipped: {verdict.floor.skipped_reason}" if verdict.floor.skipped_reason
                   else f"busbw {verdict.floor.best_busbw_gbps or 0.0:.2f} GB/s at {at} vs floor "
                        f"{verdict.floor.floor_gbps or 0.0:g} GB/s")
-    summary = ("PASS: correct all-reduce, DDP loss decreased, parameters identical; "
+    summary = (f"PASS: correct all-reduce, {training_name(parsed.framework)} loss decreased, "
+               "parameters identical; "
                + floor_text) if verdict.passed else "FAIL: " + "; ".join(verdict.failures)
     return {
         "label": label, "host": host, "backend": parsed.backend,

@@ -1,4 +1,4 @@
-"""A local wheelhouse: how nodes without internet get PyTorch for the smoke job.
+"""A local wheelhouse: how nodes without internet get PyTorch (or TensorFlow) for the smoke job.
 
 The controller downloads the wheels once per distinct node platform (:class:`NodePlatform`: the
 nodes' CPython version and machine, from their facts) with ``pip download --only-binary=:all:
@@ -24,11 +24,19 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from provisioner.errors import EnvironmentProblem
+from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.files import sha256_file
 
 MANIFEST_NAME = "wheelhouse.json"
 DEFAULT_REQUIREMENTS = ("torch==2.13.0", "numpy")
+# The smoke job's frameworks (`provisioner smoke --framework`); PyTorch is the default.
+FRAMEWORKS = ("pytorch", "tensorflow")
+# TensorFlow: the newest release on PyPI (2.21.0). Simulated nodes run the CPU-only build
+# (`tensorflow-cpu`, no CUDA libraries to download); GPU nodes the Linux build with NVIDIA's CUDA,
+# cuDNN and NCCL wheels (the `and-cuda` extra of TensorFlow's setup.py), so TensorFlow finds the
+# CUDA 12 libraries it was built against whatever CUDA the stack put on the node.
+TENSORFLOW_CPU_REQUIREMENTS = ("tensorflow-cpu==2.21.0",)
+TENSORFLOW_GPU_REQUIREMENTS = ("tensorflow[and-cuda]==2.21.0",)
 DOWNLOAD_TIMEOUT_S = 3600.0
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
 REQUIREMENTS_NAME = "requirements.txt"
@@ -37,6 +45,25 @@ REQUIREMENTS_NAME = "requirements.txt"
 _MANYLINUX = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_24", "manylinux_2_17",
               "manylinux2014")
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+def framework_requirements(framework: str, simulated: bool) -> tuple[str, ...]:
+    """What the smoke job of ``framework`` installs: PyTorch's wheels, or TensorFlow's CPU
+    build on a simulated cluster and its GPU build on real GPU nodes."""
+    if framework == "pytorch":
+        return DEFAULT_REQUIREMENTS
+    if framework == "tensorflow":
+        return TENSORFLOW_CPU_REQUIREMENTS if simulated else TENSORFLOW_GPU_REQUIREMENTS
+    raise InputError(f"unknown smoke job framework {framework!r}: choose one of "
+                     f"{', '.join(FRAMEWORKS)}")
+
+
+def framework_subdir(framework: str) -> str:
+    """Where a framework's wheels go under the wheelhouse: PyTorch's at its top (as before the
+    second framework), TensorFlow's under ``tensorflow/``; each platform directory's hashed
+    requirements.txt pins every wheel in it, so the two sets never share one."""
+    framework_requirements(framework, simulated=True)  # refuses an unknown framework
+    return "" if framework == "pytorch" else framework
 
 
 @dataclass(frozen=True, order=True)
@@ -62,9 +89,9 @@ def controller_platform() -> NodePlatform:
 
 
 def platform_from_facts(facts: Mapping[str, Any]) -> NodePlatform | None:
-    """The platform of a node from its Ansible facts (``ansible_python``/``python`` and
-    ``ansible_architecture``/``architecture``, as the fact cache stores them); None when the
-    facts do not say."""
+    """The platform of a node from its Ansible facts (``python`` and ``architecture``, as
+    playbooks/facts.yml publishes them, or the ``ansible_`` names of injected facts); None
+    when the facts do not say."""
     python = facts.get("ansible_python", facts.get("python"))
     machine = str(facts.get("ansible_architecture", facts.get("architecture")) or "")
     version = python.get("version") if isinstance(python, Mapping) else None
@@ -75,21 +102,6 @@ def platform_from_facts(facts: Mapping[str, Any]) -> NodePlatform | None:
                             _MACHINES[machine.lower()])
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def node_platforms(facts_dir: Path, hosts: Iterable[str]) -> dict[str, NodePlatform]:
-    """The platform of each host whose facts are cached in ``facts_dir`` (ansible's jsonfile
-    fact cache: one JSON file per host)."""
-    out: dict[str, NodePlatform] = {}
-    for host in hosts:
-        try:
-            data = json.loads((facts_dir / host).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        found = platform_from_facts(data) if isinstance(data, dict) else None
-        if found is not None:
-            out[host] = found
-    return out
 
 
 def download_command(dest: Path, requirements: Sequence[str],

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 
 # Modules that build clusters of another shape (other OS, other node count): they run after
 # every module of the shared cluster, which they replace.
-OWN_CLUSTER_MODULES = ("test_os_matrix_e2e.py",)
+OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -37,7 +37,7 @@ def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
     report = first_up.report
     assert report["simulated"] is True and "SIMULATED" in report
     assert [p["name"] for p in report["phases"]] == ["preflight", "stack", "fabric", "validate",
-                                                      "monitoring", "scheduler", "smoke"]
+                                                      "monitoring", "scheduler", "facts", "smoke"]
     assert all(p["ok"] for p in report["phases"])
     assert set(report["phases"][0]["hosts"]) == set(SIM_NODES)
     failed = [c for c in report["checks"] if c["status"] == "fail"]

@@ -1,10 +1,9 @@
 """The wheelhouse for the nodes' platforms: pip command lines, the hashed requirements file,
-platforms from cached facts, the server's address and the site index."""
+platforms from the nodes' facts, the server's address and the site index."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from provisioner.wheelhouse import (
     NodePlatform,
     download_command,
     hashed_requirements,
-    node_platforms,
     platform_from_facts,
 )
 
@@ -92,16 +90,18 @@ def test_ensure_wheelhouse_downloads_per_platform_and_writes_the_hashes(
     assert (house / "cp313-x86_64" / "requirements.txt").read_text() == text
 
 
-def test_platforms_from_cached_facts(tmp_path: Path) -> None:
-    (tmp_path / "node-a").write_text(json.dumps({
-        "ansible_python": {"version": {"major": 3, "minor": 13, "micro": 5}},
-        "ansible_architecture": "x86_64"}))
-    (tmp_path / "node-b").write_text("{not json")
-    (tmp_path / "node-c").write_text(json.dumps({"ansible_architecture": "sparc64"}))
-    assert node_platforms(tmp_path, ["node-a", "node-b", "node-c", "node-d"]) == {
-        "node-a": DEBIAN13}
-    assert platform_from_facts({"python": {"version": {"major": 3, "minor": 11}},
-                                "architecture": "arm64"}) == NodePlatform("3.11", "aarch64")
+def test_platform_from_facts() -> None:
+    # As playbooks/facts.yml publishes them (node_platform_report), and as injected facts.
+    assert platform_from_facts({"python": {"version": {"major": 3, "minor": 13, "micro": 5}},
+                                "architecture": "x86_64"}) == DEBIAN13
+    assert platform_from_facts({"ansible_python": {"version": {"major": 3, "minor": 11}},
+                                "ansible_architecture": "arm64"}) == NodePlatform("3.11",
+                                                                                  "aarch64")
+    for unusable in ({"architecture": "x86_64"}, {"python": {"version": "3.13"}},
+                     {"python": {"version": {"major": 3, "minor": 13}},
+                      "architecture": "sparc64"},
+                     {"python": {"version": {"major": "x", "minor": 1}}, "architecture": "x86_64"}):
+        assert platform_from_facts(unusable) is None, unusable
 
 
 def test_controller_address_towards_a_node() -> None:
