@@ -82,6 +82,18 @@ class Retry:
     phase: str
 
 
+def _same_inventory(a: Path, b: Path) -> bool:
+    """The same inventory, given as a file or as its directory (`-i inv` and `-i inv/hosts.yml`
+    name one inventory when the file is in that directory); two files must be the same file."""
+    a, b = a.resolve(), b.resolve()
+    if a == b:
+        return True
+    if a.is_dir() != b.is_dir():
+        directory, file = (a, b) if a.is_dir() else (b, a)
+        return file.parent == directory
+    return False
+
+
 def retry_of(previous: Mapping[str, Any], inventory: str) -> Retry:
     """The hosts a saved report lost (failed, unreachable or with a failed check) and the
     earliest phase one of them stopped in. One InputError line when there is nothing to retry
@@ -93,7 +105,7 @@ def retry_of(previous: Mapping[str, Any], inventory: str) -> Retry:
     if previous.get("command") != "up":
         raise InputError(f"run {run_id} is a `{previous.get('command')}` run: "
                          "--retry-failed resumes an `up` run")
-    if Path(str(previous.get("inventory"))).resolve() != Path(inventory).resolve():
+    if not _same_inventory(Path(str(previous.get("inventory"))), Path(inventory)):
         raise InputError(f"run {run_id} was on inventory {previous.get('inventory')}, "
                          f"not {inventory}: give the same inventory")
     order = [name for name, _playbook in (*UP_PHASES, SCHEDULER_PHASE, SMOKE_PHASE)]

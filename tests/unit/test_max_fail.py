@@ -195,6 +195,20 @@ def test_retry_takes_the_lost_hosts_from_their_earliest_phase(tmp_path: Path) ->
                                   hosts=("sim-gpu-2", "sim-gpu-3"), phase="stack")
 
 
+def test_retry_takes_the_inventory_as_its_file_or_its_directory(tmp_path: Path) -> None:
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    (tmp_path / "other.yml").write_text("all: {}\n")
+    lost = {"sim-gpu-2": {"phase": "stack", "reason": "unreachable"}}
+    assert bringup.retry_of(saved(tmp_path, lost_hosts=lost), str(tmp_path)).hosts == (
+        "sim-gpu-2",)
+    by_dir = saved(tmp_path, lost_hosts=lost, inventory=str(tmp_path))
+    assert bringup.retry_of(by_dir, str(tmp_path / "hosts.yml")).phase == "stack"
+    from provisioner.errors import InputError
+
+    with pytest.raises(InputError, match="give the same inventory"):
+        bringup.retry_of(saved(tmp_path, lost_hosts=lost), str(tmp_path / "other.yml"))
+
+
 def test_retry_reads_an_older_report_without_lost_hosts(tmp_path: Path) -> None:
     data = saved(tmp_path, lost_hosts=None)
     data["phases"][1] = {"name": "stack", "hosts": {
