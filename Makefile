@@ -8,7 +8,7 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint sanity unit e2e e2e-pending molecule bench down clean mutation
+.PHONY: up test deps system-deps lint sanity unit e2e e2e-extended e2e-pending molecule bench down clean mutation
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
@@ -48,9 +48,14 @@ unit: deps
 	$(BIN)/pytest -q
 
 # The whole flow on a simulated cluster (podman); leaves no containers behind. Tests marked
-# `pending` belong to features not wired into `up` yet (their issue is open): `make e2e-pending`.
+# `pending` belong to features not wired into `up` yet (their issue is open): `make e2e-pending`;
+# `extended` ones are too slow for `make test`: `make e2e-extended`.
 e2e: deps
-	$(BIN)/pytest -q -m 'e2e and not pending' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
+	$(BIN)/pytest -q -m 'e2e and not pending and not extended' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
+
+# The e2e tests too slow for `make test` (tests/e2e/conftest.py EXTENDED says which and why).
+e2e-extended: deps
+	$(BIN)/pytest -q -m 'e2e and extended and not pending' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
 
 e2e-pending: deps
 	$(BIN)/pytest -q -m 'e2e and pending' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status

@@ -114,7 +114,7 @@ def test_an_unpinned_install_gets_the_newest_release_and_fails_validate(
         podman_exec("sim-gpu-1", "mv -f /root/pref.e2e "
                     "/etc/apt/preferences.d/gpu-cluster-provisioner.pref")
     # The role puts the pinned release back (and holds it).
-    healed = cli("up", "--inventory", str(ubuntu), "--yes", "--skip-smoke")
+    healed = stack_playbook(ubuntu, plan)
     assert healed.returncode == 0, healed.stdout[-3000:]
     again = podman_exec("sim-gpu-1", f"dpkg-query -W -f='${{Version}}' {name}").stdout
     assert again == pinned
@@ -139,12 +139,6 @@ def test_a_wrong_ubuntu_revision_fails_the_stack(cli: Cli, ubuntu: Path,
     assert got == meta["version"]
 
 
-# Pending: not yet run through `sim up --os rocky9` (the sim lock was not free before the
-# deadline). The same steps passed by hand with ansible-playbook stack.yml against an imitated
-# Rocky 9 container and the rpm mirror: stack passes, a rerun changes nothing, a cleared stream
-# fails with "All matches were filtered out by modular filtering", an unpinned upgrade is put
-# back to the pin and re-locked.
-@pytest.mark.pending
 def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
         cli: Cli, tmp_path: Path, runs_dir: Path) -> None:
     inv = tmp_path / "inv-rocky9"
@@ -167,5 +161,9 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     failed = stack_playbook(inv, plan)
     assert failed.returncode != 0
     assert "filtered out by modular filtering" in failed.stdout, failed.stdout[-3000:]
-    healed = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
+    # The plan's stream again: enabled, and the pinned driver back and locked.
+    assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
+    healed = stack_playbook(inv, plan)
     assert healed.returncode == 0, healed.stdout[-3000:]
+    again = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
+    assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", again.stdout, re.M), again.stdout
