@@ -447,7 +447,7 @@ class Smoke:
                                  f"over {GATHER_BYTES}")
 
         def make(rid: int) -> Any:
-            table = [[0.0] * GATHER_BYTES for _ in range(n)]
+            table = [[0.0] * GATHER_BYTES for _row in range(n)]
             row = list(payloads[rid])
             table[rid][:len(row)] = [float(b) for b in row]
             return tf.constant(table, dtype=tf.float32)
