@@ -117,9 +117,11 @@ for name in rdma-core libibverbs-utils infiniband-diags perftest python3 iputils
 done
 rpm -i --nodeps /tmp/os-rpms/top/RPMS/x86_64/*.rpm
 rm -rf /tmp/os-rpms
-# A RHEL node has no apt or dpkg-query: tools that look for them to pick a package manager
-# must see an rpm system.
+# A RHEL node has no apt, dpkg-query or apt Python bindings: tools that look for them to pick a
+# package manager (Ansible's package_facts tries apt first) must see an rpm system.
 rm -f /usr/bin/dpkg-query /usr/bin/apt /usr/bin/apt-get /usr/bin/apt-cache /usr/bin/apt-mark
+rm -rf /usr/lib/python3/dist-packages/apt /usr/lib/python3/dist-packages/apt_pkg*.so \
+  /usr/lib/python3/dist-packages/apt_inst*.so /usr/lib/python3/dist-packages/aptsources
 """
 
 
@@ -253,5 +255,8 @@ def _build_rootfs_tar(suite: str, tarball: Path) -> None:
 def _check(cmd: list[str], what: str, timeout: float = 600) -> None:
     proc = subprocess.run(cmd, capture_output=True, timeout=timeout, check=False)
     if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        # debootstrap prints its errors ("E: ...") on stdout.
+        tail = (proc.stderr.decode(errors="replace").strip().splitlines()[-1:]
+                or proc.stdout.decode(errors="replace").strip().splitlines()[-1:]
+                or ["no output"])
         raise EnvironmentProblem(f"{what} failed (exit {proc.returncode}): {tail[0]}")
