@@ -200,7 +200,7 @@ def ensure_image(suite: str = "bookworm") -> NodeImage:
                 _build_rootfs_tar(base.suite, _tarball(base))
             _build_imitation_tar(_tarball(base), IMITATIONS[image.os], tarball)
         else:
-            _build_rootfs_tar(suite, tarball)
+            _build_rootfs_tar(image.suite, tarball)  # the suite (trixie), not the OS (debian13)
     with tarball.open("rb") as fh:
         podman.run(["import", "--change", 'CMD ["/sbin/init"]',
                     "--change", f"LABEL {podman.LABEL}=true",

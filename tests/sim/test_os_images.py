@@ -48,3 +48,26 @@ def test_sim_up_refuses_an_unknown_os_in_one_line(capsys: pytest.CaptureFixture[
     assert main(["sim", "up", "--os", "centos7"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--os" in err[0] and "rocky9" in err[0]
+
+
+def test_a_debian_os_name_builds_from_its_suite(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: object) -> None:
+    """`sim up --os debian13` asks for the image of "debian13": debootstrap must get the suite
+    (trixie), since it has no script named after the OS."""
+    from pathlib import Path
+
+    from provisioner.sim import image as image_mod
+
+    built: list[str] = []
+    monkeypatch.setattr(image_mod.podman, "run",
+                        lambda args, **_k: type("R", (), {"returncode": 1})())
+    monkeypatch.setattr(image_mod, "cache_dir", lambda: Path(str(tmp_path)))
+
+    def fake_build(suite: str, tarball: Path) -> None:
+        built.append(suite)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(image_mod, "_build_rootfs_tar", fake_build)
+    with pytest.raises(RuntimeError, match="stop here"):
+        image_mod.ensure_image("debian13")
+    assert built == ["trixie"]
