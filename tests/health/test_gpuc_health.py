@@ -161,3 +161,21 @@ def test_program_is_stdlib_only() -> None:
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module}
     assert imported - set(sys.stdlib_module_names) == {"gpucluster"}
+
+
+def test_the_toolkit_read_is_the_planned_one_unless_told_otherwise(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """/usr/local/cuda is whichever toolkit the alternatives link points at (and RPM systems
+    may have none): gpuc-health reads the planned /usr/local/cuda-X.Y by default."""
+    import importlib.util
+
+    from tests.health.conftest import LIB, PROGRAM
+
+    monkeypatch.setenv("GPUC_HEALTH_LIB", str(LIB))
+    spec = importlib.util.spec_from_file_location("gpuc_health_program", PROGRAM)
+    assert spec is not None and spec.loader is not None
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    assert program.planned_cuda_root({"cuda_version": "12.9"}) == "/usr/local/cuda-12.9"
+    assert program.planned_cuda_root({}) == "/usr/local/cuda"
+    assert program.planned_cuda_root({"cuda_version": "12.9; rm -rf /"}) == "/usr/local/cuda"

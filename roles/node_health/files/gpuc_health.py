@@ -93,6 +93,13 @@ def kernel_log(path: str) -> str | None:
     return None
 
 
+def planned_cuda_root(stack: dict[str, Any]) -> str:
+    """Where the planned toolkit lives (/usr/local/cuda-X.Y, as NVIDIA's packages install it);
+    /usr/local/cuda (the alternatives link, whichever toolkit it points at) without a plan."""
+    version = str((stack or {}).get("cuda_version") or "")
+    return f"/usr/local/cuda-{version}" if re.fullmatch(r"\d+\.\d+", version) else "/usr/local/cuda"
+
+
 def cuda_toolkit(root: str) -> str | None:
     text = read_text(os.path.join(root, "version.json"))
     try:
@@ -205,7 +212,7 @@ def check_node(opts: argparse.Namespace) -> dict[str, Any]:
     facts["measured"] = {
         "driver": gpu.get("driver_version"),
         "driver_cuda": gpu.get("cuda_version"),
-        "cuda_toolkit": cuda_toolkit(opts.cuda_root),
+        "cuda_toolkit": cuda_toolkit(opts.cuda_root or planned_cuda_root(stack)),
         "nccl": nccl_header(opts.nccl_header),
     }
     checks = health.judge(facts, expected, stack) if not problems else []
@@ -250,7 +257,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kernel-log", default="",
                         help="a file holding the kernel log (default: journalctl -k -b, dmesg)")
     parser.add_argument("--ib-sysfs-root", default="/sys/class/infiniband")
-    parser.add_argument("--cuda-root", default="/usr/local/cuda")
+    parser.add_argument("--cuda-root", default="",
+                        help="the CUDA toolkit to read (default: the planned /usr/local/cuda-X.Y)")
     parser.add_argument("--nccl-header", default="/usr/include/nccl.h")
     parser.add_argument("--fabricmanager-unit", default="nvidia-fabricmanager")
     parser.add_argument("--ping", action="append", metavar="PEER",
