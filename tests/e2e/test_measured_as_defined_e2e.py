@@ -100,6 +100,11 @@ def trixie(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -
     return inv
 
 
+# Pending (issue 11): the wheelhouse asks pip for manylinux tags up to glibc 2.28 only, and
+# torch 2.13.0's cp313 dependencies (nvidia-nccl-cu13 2.29.7) are built for a newer glibc, so
+# `pip download` finds no distribution (seen in this test). The tags must follow each node's
+# glibc (the facts play can report it).
+@pytest.mark.pending
 def test_smoke_on_debian13_installs_wheels_built_for_its_python(cli: Cli, trixie: Path,
                                                                  runs_dir: Path) -> None:
     if sys.version_info[:2] == (3, 13):
