@@ -40,10 +40,11 @@ TENSORFLOW_GPU_REQUIREMENTS = ("tensorflow[and-cuda]==2.21.0",)
 DOWNLOAD_TIMEOUT_S = 3600.0
 _DIST_SUFFIXES = (".whl", ".tar.gz", ".zip")
 REQUIREMENTS_NAME = "requirements.txt"
-# manylinux tags pip may pick for a node, newest first (PEP 600 glibc 2.17 .. 2.28 cover the
-# supported distributions: EL9 has glibc 2.34, Debian 12 2.36, Ubuntu 22.04 2.35).
-_MANYLINUX = ("manylinux_2_28", "manylinux_2_27", "manylinux_2_24", "manylinux_2_17",
-              "manylinux2014")
+# manylinux tags pip may pick for a node, newest first: every PEP 600 glibc 2.17 .. 2.28 (the
+# supported distributions have newer: EL9 2.34, Debian 12 2.36, Ubuntu 22.04 2.35). pip matches
+# the tags given with --platform exactly, so a gap drops wheels: nvidia-nccl-cu13 2.29.7 is
+# tagged manylinux_2_18 only.
+_MANYLINUX = (*(f"manylinux_2_{minor}" for minor in range(28, 16, -1)), "manylinux2014")
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 

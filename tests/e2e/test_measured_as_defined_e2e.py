@@ -102,9 +102,9 @@ def trixie(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -
 
 # Pending (issue 11), seen in this test: for cp313 pip resolves PyPI's CUDA build of torch
 # 2.13.0 (this machine's local wheel sources hold the CPU build for cp311 only), and its
-# dependency nvidia-nccl-cu13 2.29.7 is tagged manylinux_2_18, which the wheelhouse's explicit
-# tag list (2_28, 2_27, 2_24, 2_17, 2014) skips: "No matching distribution". The list must hold
-# every manylinux_2_N up to the node's glibc, and a CPU-only node should get the CPU build.
+# dependency nvidia-nccl-cu13 2.29.7 is tagged manylinux_2_18, which the wheelhouse's tag list
+# skipped ("No matching distribution"). The list now holds every manylinux_2_17..2_28; not rerun
+# since, and a node without GPUs should get torch's CPU build rather than GBs of CUDA wheels.
 @pytest.mark.pending
 def test_smoke_on_debian13_installs_wheels_built_for_its_python(cli: Cli, trixie: Path,
                                                                  runs_dir: Path) -> None:

@@ -28,6 +28,9 @@ def test_download_command_targets_the_node_platform(tmp_path: Path) -> None:
     platforms = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--platform"]
     assert platforms[0] == "manylinux_2_28_x86_64" and "manylinux2014_x86_64" in platforms
     assert all(p.endswith("_x86_64") for p in platforms)
+    # pip matches --platform tags exactly: no glibc between 2.17 and 2.28 may be missing
+    # (nvidia-nccl-cu13 2.29.7 ships for manylinux_2_18 only).
+    assert {f"manylinux_2_{minor}_x86_64" for minor in range(17, 29)} <= set(platforms)
     at = cmd.index("--python-version")
     assert cmd[at:at + 6] == ["--python-version", "3.13", "--implementation", "cp",
                               "--abi", "cp313"]
