@@ -151,3 +151,19 @@ def _resume_drained(inventory: Path) -> None:
     for node in sorted(set(out.stdout.split())):
         subprocess.run([podman, "exec", controllers[0], "scontrol", "update", f"NodeName={node}",
                         "State=RESUME"], capture_output=True, timeout=60, check=False)
+
+
+def eventually(what: str, probe: Callable[[], Any], timeout: float,
+               interval: float = 2) -> Any:
+    """``probe()``'s first truthy answer within ``timeout`` seconds, polled every ``interval``;
+    the test fails naming ``what`` and the last answer otherwise."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})")

@@ -15,13 +15,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from provisioner.sim.tools.node import FAULTS_FILE
-from tests.e2e.conftest import FirstUp, heal, newest_report
+from tests.e2e.conftest import FirstUp, eventually, heal, newest_report
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = [pytest.mark.e2e]
@@ -50,17 +49,6 @@ def node_fields(controller: str, node: str) -> dict[str, str]:
     if reason:
         fields["Reason"] = reason.split(" [", 1)[0]
     return fields
-
-
-def eventually(what: str, probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(2)
-    pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

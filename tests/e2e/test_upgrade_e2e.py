@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FirstUp, heal
+from tests.e2e.conftest import FirstUp, eventually, heal
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 # Pending (issue 14), seen in this test: the drain waits for the job and the failed node stays
@@ -71,17 +71,6 @@ class JobWatch(threading.Thread):
                 self.ended_at, self.final_state = time.time(), state
                 return
             time.sleep(1)
-
-
-def eventually(what: str, probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(1)
-    pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})")
 
 
 def drivers(node: str) -> set[str]:
@@ -139,7 +128,7 @@ def test_rolling_upgrade_waits_for_jobs_and_keeps_a_failed_node_drained(
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     eventually(f"job {job} RUNNING on {NODES[0]}", lambda: job_state(job) == "RUNNING",
-               timeout=60)
+               timeout=60, interval=1)
     watch = JobWatch(job)
     watch.start()
     try:
