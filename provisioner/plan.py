@@ -12,7 +12,6 @@ inventory; plain Ansible does the same by hand::
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from provisioner.matrix import (
     packages_for,
     resolve_stack,
 )
+from provisioner.matrix.packages import replaced_packages
 from provisioner.profiles import Profile, load_profiles
 
 # Set on every host of a plan; the playbooks refuse to run without it (one line naming the fix).
@@ -60,6 +60,9 @@ class HostPlan:
     repositories: Mapping[str, Any] = field(default_factory=dict)
     # Package families of those repositories (apt, apt_ubuntu, dnf).
     families: tuple[str, ...] = ()
+    # {family: {component: names}}: other branches' and the other flavour's driver and fabric
+    # manager packages, removed before the planned ones are installed.
+    replaced: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
@@ -73,7 +76,8 @@ class HostPlan:
         out.update(self.stack.as_vars())
         out["nvidia_repo_repositories"] = dict(self.repositories)
         out["nvidia_repo_stack_packages"] = {
-            family: _pins_by_component(self.stack, family) for family in self.families}
+            family: _pins_by_component(self.stack, family, self.replaced.get(family, {}))
+            for family in self.families}
         out["gpu_expected"] = self.expected()
         return out
 
@@ -91,17 +95,16 @@ class HostPlan:
         return out
 
 
-def _pins_by_component(stack: ResolvedStack, family: str) -> dict[str, list[dict[str, str]]]:
-    """Exact pins of ``family`` grouped by component, in install order, plus the driver
-    packages of the other module flavour (removed on a flavour switch)."""
+def _pins_by_component(stack: ResolvedStack, family: str,
+                       replaced: Mapping[str, list[str]]) -> dict[str, list[dict[str, str]]]:
+    """Exact pins of ``family`` grouped by component, in install order, plus
+    ``<component>_replaced``: the packages other branches and the other module flavour name
+    differently (removed before the pins are installed; no version)."""
     out: dict[str, list[dict[str, str]]] = {}
     for pin in packages_for(stack, family):
         out.setdefault(pin.component, []).append({"name": pin.name, "version": pin.version})
-    other = "proprietary" if stack.module_flavor == "open" else "open"
-    other_stack = dataclasses.replace(stack, module_flavor=other)
-    out["driver_other_flavors"] = [{"name": p.name, "version": p.version}
-                                  for p in packages_for(other_stack, family)
-                                  if p.component == "driver"]
+    for component, names in sorted(replaced.items()):
+        out[f"{component}_replaced"] = [{"name": name} for name in names]
     return out
 
 
@@ -188,11 +191,12 @@ def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,
         "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
         "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
     }
+    families = tuple(sorted({repo.package_family for repo in cuda_repos.values()}))
     return HostPlan(
         name, "gpu", profile, stack, fabric=fabric,
         supported_os=tuple(sorted(cuda_repos)),
-        repositories=repositories,
-        families=tuple(sorted({repo.package_family for repo in cuda_repos.values()})))
+        repositories=repositories, families=families,
+        replaced={family: replaced_packages(matrix, stack, family) for family in families})
 
 
 def _cpu_fabric(where: str, name: str, hostvars: Mapping[str, Any],

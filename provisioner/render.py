@@ -236,6 +236,12 @@ def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
         # the second framework have no `framework`: PyTorch ran them.
         framework = ("" if str(run.get("label", "")).startswith("nccl-tests")
                      else f"{smoke.get('framework') or 'pytorch'}, ")
+        verdict = run.get("verdict", {})
+        if not run.get("allreduce"):
+            # Nothing measured (nccl-tests not built, a launch that never started): no empty
+            # table and no "None ranks", the verdict says why.
+            console.print(escape(f"{sim}smoke: {run.get('label')}: {verdict.get('summary', '')}"))
+            continue
         title = (f"{sim}smoke: {run.get('label')} all-reduce ({framework}{run.get('backend')}, "
                  f"{run.get('world_size')} ranks on {run.get('nnodes')} node(s){via})")
         table = Table(title=escape(title))
@@ -246,7 +252,6 @@ def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
                           f"{row['algbw_gbps']:.3f}", f"{row['busbw_gbps']:.3f}",
                           "yes" if row["correct"] else "[bold red]NO[/]")
         console.print(table)
-        verdict = run.get("verdict", {})
         console.print(escape(f"  {run.get('label')}: {verdict.get('summary', '')}"))
 
 

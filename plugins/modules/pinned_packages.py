@@ -20,7 +20,9 @@ options:
     elements: dict
     required: true
   state:
-    description: C(present) installs and holds; C(absent) unholds and removes.
+    description:
+      - C(present) installs and holds; C(absent) unholds (unlocks) and removes the packages
+        that are installed, and needs no version.
     type: str
     choices: [present, absent]
     default: present
@@ -232,6 +234,17 @@ def apt_remove(module, names, state):
     return present
 
 
+def dnf_remove(module, names, state):
+    present = [n for n in names if state.get(n, ("", None, False))[2]]
+    if not present or module.check_mode:
+        return present
+    dnf = module.get_bin_path("dnf", required=True)
+    # A name without a lock makes `versionlock delete` exit non-zero: not an error here.
+    module.run_command([dnf, "versionlock", "delete"] + present)
+    run_retrying(module, [dnf, "remove", "-y"] + present, "dnf remove")
+    return present
+
+
 def dnf_locked(module, dnf, pkg):
     """Whether ``dnf versionlock list`` holds ``pkg`` at its version (epoch optional)."""
     rc, out, _err = module.run_command([dnf, "-q", "versionlock", "list"])
@@ -287,7 +300,7 @@ def main():
     if recovered and not module.check_mode:
         state = dpkg_state(module, names)
     if module.params["state"] == "absent":
-        changed = apt_remove(module, names, state) if apt else []
+        changed = (apt_remove if apt else dnf_remove)(module, names, state)
         final = state
     else:
         changed = apt_apply(module, wanted, state) if apt else dnf_apply(module, wanted, state)

@@ -30,7 +30,7 @@ from provisioner.matrix.versions import (
 
 if TYPE_CHECKING:
     from provisioner.matrix.resolve import ResolvedStack
-    from provisioner.matrix.schema import PackageException, Stack
+    from provisioner.matrix.schema import PackageException, Stack, StackMatrix
 
 
 @dataclass(frozen=True)
@@ -243,3 +243,35 @@ def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePi
         pins.extend(PackagePin(component, name, version) for name, version
                     in component_pins(resolved, component, family, resolved.module_flavor))
     return pins
+
+
+# Components whose package names carry the driver branch or the module flavour
+# (cuda-drivers-580, nvidia-driver-575-open, nvidia-fabricmanager-570, libnvidia-nscq-575,
+# nvidia-kernel-open-dkms): another branch's or flavour's packages ship the same files, so dpkg
+# refuses to unpack the planned ones beside them. A branch or flavour change removes them first.
+RENAMED_COMPONENTS: tuple[str, ...] = ("driver", "fabricmanager")
+_every_name_cache: dict[tuple[int, str, str], frozenset[str]] = {}
+
+
+def every_name(matrix: StackMatrix, component: str, family: str) -> frozenset[str]:
+    """Every package name ``component`` has in ``family`` in any stack of ``matrix``, either
+    flavour (cached per matrix object: a 2,000-host plan asks once per family)."""
+    key = (id(matrix), component, family)
+    hit = _every_name_cache.get(key)
+    if hit is None:
+        hit = frozenset(name for stack in matrix.stacks.values() for flavor in FLAVORS
+                        for name, _version in stack_pins(stack, matrix.naming_facts, component,
+                                                         family, flavor))
+        _every_name_cache[key] = hit
+    return hit
+
+
+def replaced_packages(matrix: StackMatrix, resolved: ResolvedStack,
+                      family: str) -> dict[str, list[str]]:
+    """{component: names to remove before installing}: the names of RENAMED_COMPONENTS that
+    other branches and the other flavour use in ``family`` and ``resolved`` does not (the
+    fabric manager only where this host runs it: its role runs nowhere else)."""
+    planned = {pin.name for pin in packages_for(resolved, family)}
+    return {component: sorted(every_name(matrix, component, family) - planned)
+            for component in RENAMED_COMPONENTS
+            if component != "fabricmanager" or resolved.fabricmanager_enabled}

@@ -176,7 +176,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
             podman.run(["start", name])
             say(f"started stopped node {name} again (its disk is kept)")
         cluster.addresses = _addresses(spec)
-        # A restarted container gets a new address on the network: its host key stays.
+        # Nodes keep their fixed addresses; a cluster made before they had them may not.
         _readdress_known_hosts(keydir / "known_hosts", cluster.addresses)
         if stopped:
             _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
@@ -189,16 +189,19 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     image = ensure_image(spec.image_key())
     say(f"node image {image.name}")
     podman.run(["network", "create", *_labels(spec), NETWORK])
+    fixed = _fixed_addresses([name for name, _group in spec.node_names()])
     client_key = _ensure_client_key(keydir)
     kernel = os.uname().release
     mirror = _build_mirror(spec)
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
-    _start_mirror(spec, image.name)
+    _start_mirror(spec, image.name, fixed[MIRROR])
     known_hosts: list[tuple[str, str]] = []
     for name, group in spec.node_names():
         host_pub, payload = _node_payload(name, group, client_key, kernel, profile_json, spec)
+        # A fixed address, as a real node has (static or a DHCP reservation): a node that is
+        # stopped and started again keeps it, so a rerun after a reboot changes nothing.
         podman.run(["create", "--name", name, "--hostname", name, "--network", NETWORK,
-                    *_labels(spec), "--systemd=always", "--privileged",
+                    "--ip", fixed[name], *_labels(spec), "--systemd=always", "--privileged",
                     "--tmpfs", "/tmp", image.name])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=payload)
         podman.run(["start", name])
@@ -238,13 +241,34 @@ def _labels(spec: SimSpec) -> list[str]:
     return out
 
 
-def _start_mirror(spec: SimSpec, image: str) -> None:
+def _fixed_addresses(names: list[str]) -> dict[str, str]:
+    """An address on the network for the mirror and each node: the mirror the first host after
+    the gateway, the nodes from the tenth host on, in order (the network is a /24 or larger)."""
+    import ipaddress
+
+    info = podman.inspect("network", NETWORK) or {}
+    subnets = [s for s in info.get("subnets") or []
+               if ipaddress.ip_network(s.get("subnet", "::/128")).version == 4]
+    if not subnets:
+        raise EnvironmentProblem(f"podman network {NETWORK} has no IPv4 subnet")
+    net = ipaddress.ip_network(subnets[0]["subnet"])
+    gateway = ipaddress.ip_address(str(subnets[0].get("gateway") or next(net.hosts())))
+    free = [h for h in net.hosts() if h != gateway]
+    if len(free) < len(names) + 10:
+        raise EnvironmentProblem(f"podman network {NETWORK} ({net}) is too small for "
+                                 f"{len(names)} nodes")
+    out = {MIRROR: str(free[0])}
+    out.update((name, str(free[9 + i])) for i, name in enumerate(names))
+    return out
+
+
+def _start_mirror(spec: SimSpec, image: str, address: str) -> None:
     """The controller's package mirror and wheelhouse, served to the nodes by name over HTTP."""
     root = mirror_dir()
     (root / "SIMULATED").write_text(
         "This mirror holds SIMULATED NVIDIA packages built by gpu-cluster-provisioner.\n")
     podman.run(["run", "-d", "--name", MIRROR, "--hostname", MIRROR, "--network", NETWORK,
-                *_labels(spec), "--volume", f"{root}:/srv/mirror:ro",
+                "--ip", address, *_labels(spec), "--volume", f"{root}:/srv/mirror:ro",
                 "--entrypoint", "/usr/bin/python3", image,
                 "-m", "http.server", str(MIRROR_PORT), "--directory", "/srv/mirror"])
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import BIN, newest_report
 
@@ -105,6 +106,14 @@ def test_a_dead_node_stops_a_small_cluster_in_preflight(cli: Cli, healthy_cluste
     cases = junit_cases(path)
     assert cases[("preflight", LOST)].find("error") is not None
     assert cases[("run", "up verdict")].find("failure") is not None
+    # A node that comes back keeps its address, as a real node does after a reboot: otherwise
+    # slurm.conf and Prometheus' targets change on the next run (CI saw exactly that).
+    before = yaml.safe_load((healthy_cluster / "hosts.yml").read_text())
+    out = cli("sim", "up", "--nodes", "3", "--inventory-dir", str(healthy_cluster))
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert f"started stopped node {LOST} again" in out.stdout + out.stderr
+    after = yaml.safe_load((healthy_cluster / "hosts.yml").read_text())
+    assert after == before
 
 
 def test_with_max_fail_the_others_finish_when_a_node_dies_mid_run(

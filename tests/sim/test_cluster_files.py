@@ -189,3 +189,29 @@ def test_slurm_and_prometheus_only_where_the_os_repositories_carry_them(
     assert ("monitoring" in data["children"]) is not el
     assert data["vars"].get("node_health_node_exporter", True) is not el
     assert set(data["children"]["gpu_nodes"]["hosts"]) == {"sim-gpu-1", "sim-gpu-2"}
+
+
+@pytest.mark.parametrize(("subnet", "gateway", "mirror", "first", "last"), [
+    ("10.89.0.0/24", "10.89.0.1", "10.89.0.2", "10.89.0.11", "10.89.0.13"),
+    ("10.89.3.0/24", None, "10.89.3.2", "10.89.3.11", "10.89.3.13"),
+    ("192.0.2.0/24", "192.0.2.254", "192.0.2.1", "192.0.2.10", "192.0.2.12"),
+])
+def test_fixed_addresses_follow_the_network(monkeypatch: pytest.MonkeyPatch, subnet: str,
+                                             gateway: str | None, mirror: str, first: str,
+                                             last: str) -> None:
+    net = {"subnets": [{"subnet": "fd00::/64"}, {"subnet": subnet, "gateway": gateway}]}
+    monkeypatch.setattr(cluster_mod.podman, "inspect",
+                        lambda kind, name: net if (kind, name) == ("network", "gpuc-sim") else None)
+    got = cluster_mod._fixed_addresses(["a", "b", "c"])
+    assert got == {cluster_mod.MIRROR: mirror, "a": first, "b": got["b"], "c": last}
+    assert len(set(got.values())) == 4 and gateway not in got.values()
+
+
+def test_fixed_addresses_refuse_a_network_too_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster_mod.podman, "inspect",
+                        lambda kind, name: {"subnets": [{"subnet": "10.89.0.0/28"}]})
+    with pytest.raises(cluster_mod.EnvironmentProblem, match="too small for 5 nodes"):
+        cluster_mod._fixed_addresses([f"n{i}" for i in range(5)])
+    monkeypatch.setattr(cluster_mod.podman, "inspect", lambda kind, name: None)
+    with pytest.raises(cluster_mod.EnvironmentProblem, match="no IPv4 subnet"):
+        cluster_mod._fixed_addresses(["a"])

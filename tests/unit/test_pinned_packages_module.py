@@ -233,3 +233,28 @@ def test_a_failing_configure_says_which_package(updates: Path, sleeps: list[floa
         "dpkg --configure -a (dpkg was interrupted) failed: dpkg: error processing package "
         "nvidia-dkms-575 (--configure):")
     assert sleeps == []  # not a mirror error: no retry
+
+
+def test_dnf_removes_only_installed_names_and_unlocks_them_first(sleeps: list[float]) -> None:
+    module = FakeModule(lambda cmd: (0, "", ""))
+    state = {"kmod-nvidia-latest-dkms": ("3:575.57.08-1.el9", None, True),
+             "libnvidia-nscq-575": ("", None, False)}
+    assert pp.dnf_remove(module, list(state), state) == ["kmod-nvidia-latest-dkms"]
+    assert module.commands == [
+        ["/usr/bin/dnf", "versionlock", "delete", "kmod-nvidia-latest-dkms"],
+        ["/usr/bin/dnf", "remove", "-y", "kmod-nvidia-latest-dkms"]]
+    # Nothing installed: no command at all (a converged node).
+    module = FakeModule(lambda cmd: (0, "", ""))
+    assert pp.dnf_remove(module, ["libnvidia-nscq-575"], state) == []
+    assert module.commands == []
+
+
+def test_apt_unholds_then_removes_an_other_branch() -> None:
+    module = FakeModule(lambda cmd: (0, "", ""))
+    state = {"cuda-drivers-580": ("580.95.05-1", True, True), "cuda-drivers-570": ("", False,
+                                                                                   False)}
+    assert pp.apt_remove(module, ["cuda-drivers-570", "cuda-drivers-580"], state) == [
+        "cuda-drivers-580"]
+    assert [c[:2] + c[-1:] for c in module.commands] == [
+        ["/usr/bin/apt-mark", "-o", "cuda-drivers-580"],
+        ["/usr/bin/apt-get", "remove", "cuda-drivers-580"]]

@@ -106,14 +106,27 @@ def test_gpu_host_gets_versions_pins_repositories_and_expectations(
     # Exact pins per family: what packages_for says, grouped by component, planned flavour only.
     for family in ("apt", "apt_ubuntu", "dnf"):
         pins = out["nvidia_repo_stack_packages"][family]
-        flat = [(c, p["name"], p["version"]) for c in pins if c != "driver_other_flavors"
+        flat = [(c, p["name"], p["version"]) for c in pins if not c.endswith("_replaced")
                 for p in pins[c]]
         assert sorted(flat) == sorted((p.component, p.name, p.version)
                                       for p in packages_for(host.stack, family))
     apt = out["nvidia_repo_stack_packages"]["apt"]
     assert host.stack.module_flavor == "open"
     assert apt["driver"][0]["name"] == "nvidia-kernel-open-dkms"
-    assert apt["driver_other_flavors"][0]["name"] == "nvidia-kernel-dkms"
+    # Other branches and the other flavour: removed before the install, never a planned name.
+    replaced = {p["name"] for p in apt["driver_replaced"]}
+    planned_names = {p["name"] for c in ("driver", "fabricmanager") for p in apt[c]}
+    assert {"nvidia-kernel-dkms", "cuda-drivers-575", "cuda-drivers-570"} <= replaced
+    assert not replaced & planned_names
+    assert f"cuda-drivers-{host.stack.driver_branch}" in planned_names
+    fm_replaced = {p["name"] for p in apt["fabricmanager_replaced"]}
+    assert {"nvidia-fabricmanager-575", "libnvidia-nscq-575"} <= fm_replaced
+    assert not fm_replaced & planned_names
+    ubuntu = {p["name"] for p in out["nvidia_repo_stack_packages"]["apt_ubuntu"]["driver_replaced"]}
+    assert {"nvidia-driver-580", "nvidia-driver-575-open", "cuda-drivers-575"} <= ubuntu
+    # dnf names the driver the same on every branch: only the other flavour is replaced.
+    dnf = out["nvidia_repo_stack_packages"]["dnf"]
+    assert [p["name"] for p in dnf["driver_replaced"]] == ["kmod-nvidia-latest-dkms"]
     assert "fabricmanager" in apt  # NVSwitch board
     assert apt["nccl"][0]["version"] == out["nccl_version"]
     # The OS registry is the matrix's repository table, limited to the stack's OSes.
@@ -138,6 +151,7 @@ def test_fabric_is_decided_once_from_inventory_else_profile(
     # pcie-l40s-4gpu is a RoCE profile: the rdma role and validate both get roce.
     assert l40s["fabric"] == "roce" and l40s["gpu_expected"]["fabric"] == "roce"
     assert "fabricmanager" not in l40s["nvidia_repo_stack_packages"]["apt"]
+    assert "fabricmanager_replaced" not in l40s["nvidia_repo_stack_packages"]["apt"]
     assert l40s["nvidia_fabricmanager_enabled"] is False
     assert cluster.hosts["login-1"].variables()["fabric"] == "ethernet"
 
@@ -165,7 +179,8 @@ def test_proprietary_override_pins_the_proprietary_driver(cluster: plan_mod.Clus
     assert out["nvidia_driver_module_flavor"] == "proprietary"
     apt = out["nvidia_repo_stack_packages"]["apt"]
     assert apt["driver"][0]["name"] == "nvidia-kernel-dkms"
-    assert apt["driver_other_flavors"][0]["name"] == "nvidia-kernel-open-dkms"
+    assert "nvidia-kernel-open-dkms" in {p["name"] for p in apt["driver_replaced"]}
+    assert "nvidia-kernel-dkms" not in {p["name"] for p in apt["driver_replaced"]}
 
 
 def test_plan_file_is_an_inventory_that_keeps_the_users_groups(

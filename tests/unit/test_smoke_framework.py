@@ -164,3 +164,16 @@ def test_training_failures_name_the_framework() -> None:
     torch = {k: v for k, v in tf_result(decreased=False).items() if k != "framework"}
     torch_failure = judge(SmokeResult.model_validate(torch), None, True)
     assert "[inter-node] DDP loss did not decrease (9 -> 9.5)" in torch_failure.failures
+
+
+def test_a_run_that_measured_nothing_is_one_line_without_a_table() -> None:
+    smoke = {"simulated": True, "launcher": "slurm", "runs": [
+        {"label": "nccl-tests sim-gpu-2", "backend": None, "world_size": None, "nnodes": None,
+         "allreduce": [], "verdict": {"passed": True,
+                                      "summary": "SKIPPED: nccl-tests not built: no nvcc"}}]}
+    out = io.StringIO()
+    render.smoke_table(Console(file=out, width=200), smoke)
+    text = out.getvalue()
+    assert text.strip() == ("SIMULATED smoke: nccl-tests sim-gpu-2: SKIPPED: nccl-tests not "
+                            "built: no nvcc")
+    assert "None" not in text and "┃" not in text
