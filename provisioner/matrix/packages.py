@@ -245,11 +245,18 @@ def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePi
     return pins
 
 
-# Components whose package names carry the driver branch or the module flavour
-# (cuda-drivers-580, nvidia-driver-575-open, nvidia-fabricmanager-570, libnvidia-nscq-575,
-# nvidia-kernel-open-dkms): another branch's or flavour's packages ship the same files, so dpkg
-# refuses to unpack the planned ones beside them. A branch or flavour change removes them first.
-RENAMED_COMPONENTS: tuple[str, ...] = ("driver", "fabricmanager")
+# Components whose package names carry the driver branch, the module flavour, the CUDA major or
+# the DCGM major (cuda-drivers-580, nvidia-driver-575-open, nvidia-fabricmanager-570,
+# libnvidia-nscq-575, nvidia-kernel-open-dkms, libcudnn9-dev-cuda-12, datacenter-gpu-manager vs
+# datacenter-gpu-manager-4-core): a stack change removes the other names first, so a node holds
+# exactly one variant of each. Driver branches ship the same files (nvidia-smi, the libraries):
+# dpkg refuses one beside the other, and the simulated mirror reproduces it (cuda-drivers-575
+# beside cuda-drivers-580, libcudnn9-dev-cuda-12 beside -cuda-13: one header path). NVIDIA's
+# DCGM 4 installation guide says to remove datacenter-gpu-manager (DCGM 3) before installing
+# DCGM 4. Whether NVIDIA's cuDNN packages for two CUDA majors conflict is not confirmed here;
+# the role measures one header, so one cuDNN is what it can verify. CUDA toolkits are not here:
+# cuda-toolkit-12-9 and -13-0 live side by side in /usr/local/cuda-X.Y by design.
+RENAMED_COMPONENTS: tuple[str, ...] = ("driver", "fabricmanager", "cudnn", "dcgm")
 _every_name_cache: dict[tuple[int, str, str], frozenset[str]] = {}
 
 

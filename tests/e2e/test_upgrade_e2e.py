@@ -27,11 +27,7 @@ import pytest
 from tests.e2e.conftest import FirstUp, eventually, heal
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
-# Pending (issue 14), seen in this test: the drain waits for the job and the failed node stays
-# drained, but the driver branch change (580 -> 575) fails: dpkg cannot unpack cuda-drivers-575
-# while cuda-drivers-580 is installed; nvidia_driver removes the other flavour's packages, not
-# another branch's.
-pytestmark = [pytest.mark.e2e, pytest.mark.pending]
+pytestmark = pytest.mark.e2e
 
 CONTROLLER = "sim-login-1"
 NODES = ("sim-gpu-1", "sim-gpu-2")

@@ -127,6 +127,12 @@ def test_gpu_host_gets_versions_pins_repositories_and_expectations(
     # dnf names the driver the same on every branch: only the other flavour is replaced.
     dnf = out["nvidia_repo_stack_packages"]["dnf"]
     assert [p["name"] for p in dnf["driver_replaced"]] == ["kmod-nvidia-latest-dkms"]
+    # cuDNN and DCGM of other CUDA majors (and DCGM 3): one variant per node.
+    assert {p["name"] for p in apt["cudnn_replaced"]} == (
+        {"libcudnn9-cuda-11", "libcudnn9-cuda-12", "libcudnn9-cuda-13", "libcudnn9-dev-cuda-11",
+         "libcudnn9-dev-cuda-12", "libcudnn9-dev-cuda-13"} - {p["name"] for p in apt["cudnn"]})
+    assert "datacenter-gpu-manager" in {p["name"] for p in apt["dcgm_replaced"]}
+    assert not {p["name"] for p in apt["dcgm_replaced"]} & {p["name"] for p in apt["dcgm"]}
     assert "fabricmanager" in apt  # NVSwitch board
     assert apt["nccl"][0]["version"] == out["nccl_version"]
     # The OS registry is the matrix's repository table, limited to the stack's OSes.
