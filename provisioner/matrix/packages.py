@@ -234,15 +234,38 @@ def check_family(family: str) -> None:
 
 def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePin]:
     """Exact pins for ``resolved`` in ``family`` (apt: debian12, apt_ubuntu: ubuntu2204/2404,
-    dnf: rhel9), in install order. The fabric manager is included only on NVSwitch hardware."""
+    dnf: rhel9), in install order. The fabric manager is included only on NVSwitch hardware.
+    Hosts with the same stack and overrides share one computation (a 2,000-host plan asks a
+    few times per host and family, and resolves a handful of distinct stacks)."""
     check_family(family)
-    pins: list[PackagePin] = []
-    for component in COMPONENTS:
-        if component == "fabricmanager" and not resolved.fabricmanager_enabled:
-            continue
-        pins.extend(PackagePin(component, name, version) for name, version
-                    in component_pins(resolved, component, family, resolved.module_flavor))
-    return pins
+    key = _pins_key(resolved, family)
+    hit = _pins_cache.get(key)
+    if hit is None or hit[0] is not resolved.base:
+        pins: list[PackagePin] = []
+        for component in COMPONENTS:
+            if component == "fabricmanager" and not resolved.fabricmanager_enabled:
+                continue
+            pins.extend(PackagePin(component, name, version) for name, version
+                        in component_pins(resolved, component, family, resolved.module_flavor))
+        if len(_pins_cache) >= _PINS_CACHE_SIZE:
+            _pins_cache.pop(next(iter(_pins_cache)))
+        # The stack object is kept beside the pins: it stays alive, so its id is never reused.
+        hit = (resolved.base, tuple(pins))
+        _pins_cache[key] = hit
+    return list(hit[1])
+
+
+# {_pins_key: (the matrix's stack object, pins)}, oldest first, bounded.
+_PINS_CACHE_SIZE = 512
+_pins_cache: dict[tuple[object, ...], tuple[object, tuple[PackagePin, ...]]] = {}
+
+
+def _pins_key(r: ResolvedStack, family: str) -> tuple[object, ...]:
+    """Everything ``packages_for`` reads from ``r``: the naming inputs, the flavour, whether the
+    fabric manager runs, and which matrix stack (its exceptions) by identity."""
+    return (family, id(r.base), r.stack, r.module_flavor, r.fabricmanager_enabled, r.naming,
+            r.driver_version, r.fabricmanager_version, r.cuda_version, r.cuda_toolkit_version,
+            r.cudnn_version, r.nccl_version, r.container_toolkit_version, r.dcgm_version)
 
 
 # Components whose package names carry the driver branch, the module flavour, the CUDA major or
@@ -257,20 +280,26 @@ def packages_for(resolved: ResolvedStack, family: str = "apt") -> list[PackagePi
 # the role measures one header, so one cuDNN is what it can verify. CUDA toolkits are not here:
 # cuda-toolkit-12-9 and -13-0 live side by side in /usr/local/cuda-X.Y by design.
 RENAMED_COMPONENTS: tuple[str, ...] = ("driver", "fabricmanager", "cudnn", "dcgm")
-_every_name_cache: dict[tuple[int, str, str], frozenset[str]] = {}
+# {(component, family): names} per matrix object, the matrix kept beside (so its id stays its own).
+_every_name_cache: dict[int, tuple[StackMatrix, dict[tuple[str, str], frozenset[str]]]] = {}
 
 
 def every_name(matrix: StackMatrix, component: str, family: str) -> frozenset[str]:
     """Every package name ``component`` has in ``family`` in any stack of ``matrix``, either
     flavour (cached per matrix object: a 2,000-host plan asks once per family)."""
-    key = (id(matrix), component, family)
-    hit = _every_name_cache.get(key)
-    if hit is None:
-        hit = frozenset(name for stack in matrix.stacks.values() for flavor in FLAVORS
-                        for name, _version in stack_pins(stack, matrix.naming_facts, component,
-                                                         family, flavor))
-        _every_name_cache[key] = hit
-    return hit
+    entry = _every_name_cache.get(id(matrix))
+    if entry is None or entry[0] is not matrix:
+        if len(_every_name_cache) >= 8:
+            _every_name_cache.pop(next(iter(_every_name_cache)))
+        entry = (matrix, {})
+        _every_name_cache[id(matrix)] = entry
+    names = entry[1].get((component, family))
+    if names is None:
+        names = frozenset(name for stack in matrix.stacks.values() for flavor in FLAVORS
+                          for name, _version in stack_pins(stack, matrix.naming_facts, component,
+                                                           family, flavor))
+        entry[1][(component, family)] = names
+    return names
 
 
 def replaced_packages(matrix: StackMatrix, resolved: ResolvedStack,

@@ -153,6 +153,38 @@ def _resume_drained(inventory: Path) -> None:
                         "State=RESUME"], capture_output=True, timeout=60, check=False)
 
 
+def node_diagnostics() -> str:
+    """What a failure message needs when a simulated node stopped answering (CI saw a node time
+    out over SSH mid-run once): each of our containers' state, and per running node whether
+    systemd and sshd are up, sshd's last log lines and the controller's neighbour entries."""
+    from provisioner.sim import podman as sim_podman
+
+    podman = shutil.which("podman") or "podman"
+
+    def run(*args: str) -> str:
+        try:
+            out = subprocess.run(list(args), capture_output=True, text=True, timeout=30,
+                                 check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"({exc})"
+        return (out.stdout + out.stderr).strip()
+
+    lines = ["--- simulated nodes at the failure ---",
+             run(podman, "ps", "-a", "--filter", f"label={sim_podman.LABEL}", "--format",
+                 "{{.Names}} {{.Status}} {{.Networks}}")]
+    names = run(podman, "ps", "--filter", f"label={sim_podman.LABEL}", "--format",
+                "{{.Names}}").split()
+    for name in names:
+        lines.append(f"{name}: " + run(podman, "inspect", "--format",
+                                       "{{.State.Status}} oom={{.State.OOMKilled}} "
+                                       "started={{.State.StartedAt}}", name))
+        lines.append(run(podman, "exec", name, "sh", "-c",
+                         "systemctl is-system-running; systemctl is-active ssh sshd; "
+                         "journalctl -q -n 8 --no-pager -u ssh -u sshd 2>/dev/null | tail -8"))
+    lines.append("neighbours: " + run("ip", "neigh", "show"))
+    return "\n".join(lines)
+
+
 def eventually(what: str, probe: Callable[[], Any], timeout: float,
                interval: float = 2) -> Any:
     """``probe()``'s first truthy answer within ``timeout`` seconds, polled every ``interval``;

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import newest_report
+from tests.e2e.conftest import newest_report, node_diagnostics
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def ubuntu(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -
 def test_up_passes_on_ubuntu_2404_with_ubuntu_revisions(cli: Cli, ubuntu: Path, runs_dir: Path,
                                                         tmp_path: Path) -> None:
     out = cli("up", "--inventory", str(ubuntu), "--yes", "--skip-smoke")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
     report = newest_report(runs_dir)
     assert not failed_checks(report)
     facts = podman_exec("sim-gpu-1", ". /etc/os-release; echo $ID $VERSION_ID")
@@ -115,7 +115,7 @@ def test_an_unpinned_install_gets_the_newest_release_and_fails_validate(
                     "/etc/apt/preferences.d/gpu-cluster-provisioner.pref")
     # The role puts the pinned release back (and holds it).
     healed = stack_playbook(ubuntu, plan)
-    assert healed.returncode == 0, healed.stdout[-3000:]
+    assert healed.returncode == 0, healed.stdout[-3000:] + node_diagnostics()
     again = podman_exec("sim-gpu-1", f"dpkg-query -W -f='${{Version}}' {name}").stdout
     assert again == pinned
 
@@ -146,7 +146,7 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     facts = podman_exec("sim-gpu-1", "cat /etc/redhat-release")
     assert facts.stdout.startswith("Rocky Linux release 9")
     out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
     enabled = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
     assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", enabled.stdout, re.M), enabled.stdout
     # A plan without the stream: dnf's modular filtering hides every driver release.
@@ -164,6 +164,6 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     # The plan's stream again: enabled, and the pinned driver back and locked.
     assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
     healed = stack_playbook(inv, plan)
-    assert healed.returncode == 0, healed.stdout[-3000:]
+    assert healed.returncode == 0, healed.stdout[-3000:] + node_diagnostics()
     again = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
     assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", again.stdout, re.M), again.stdout

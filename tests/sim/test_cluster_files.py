@@ -122,7 +122,11 @@ def test_molecule_scenarios_get_their_inventory_the_sim_variables_and_the_plan(
     plan = yaml.safe_load((repo / "plan.yml").read_text())["all"]["hosts"]
     assert plan["gpuc-mol-repo-1"]["gpu_stack"] == "cuda-12.8"
     default = yaml.safe_load((dest / "default" / "plan.yml").read_text())["all"]["hosts"]
-    assert set(default) == {"gpuc-mol-login-1", "gpuc-mol-gpu-1", "gpuc-mol-gpu-2"}
+    # The platforms of molecule/default/molecule.yml, no more and no fewer.
+    platforms = yaml.safe_load(
+        (Path(__file__).parents[2] / "molecule/default/molecule.yml").read_text())["platforms"]
+    assert set(default) == {p["name"] for p in platforms} == {"gpuc-mol-login-1",
+                                                              "gpuc-mol-gpu-1"}
     assert "nvidia_repo_stack_packages" not in default["gpuc-mol-login-1"]
 
 

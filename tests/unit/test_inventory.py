@@ -186,6 +186,14 @@ def test_yaml_syntax_error_is_file_line_col(tmp_path: Path, text: str, line: int
     assert "\n" not in message and len(message) < 300
 
 
+def test_a_tab_is_named_in_the_message(tmp_path: Path) -> None:
+    """libyaml finds the error fast; PyYAML's own parser words it (libyaml does not name the
+    character)."""
+    path = write(tmp_path, "all:\n\tchildren: {}\n")
+    with pytest.raises(InputError, match=re.escape("found character '\\t' that cannot start")):
+        inventory.load(path)
+
+
 def test_yaml_error_in_group_vars_names_that_file(tmp_path: Path) -> None:
     write(tmp_path, cluster())
     (tmp_path / "group_vars").mkdir()

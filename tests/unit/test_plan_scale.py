@@ -138,3 +138,50 @@ def test_a_plugin_configuration_file_still_reaches_its_plugin(tmp_path: Path) ->
         "layers": {"n": ["01", "02"]}}))
     assert inventory.load(path).gpu_hosts == ["gpu-01", "gpu-02"]
     assert list(C.INVENTORY_ENABLED) == enabled
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("nvidia_driver_version", "580.95.05"),
+    ("nvidia_driver_module_flavor", "proprietary"),
+    ("cudnn_version", "9.5.1.17"),
+    ("nccl_version", "2.23.4-1+cuda12.6"),
+    ("nvidia_container_toolkit_version", "1.18.0"),
+])
+def test_shared_pins_are_told_apart_by_every_input(var: str, value: str) -> None:
+    """packages_for shares one computation among hosts of the same stack: an override of any
+    input gives that host its own pins, and a second host of the plain stack the plain ones."""
+    from provisioner.matrix.packages import _pins_cache, component_pins, packages_for
+    from provisioner.matrix.versions import COMPONENTS
+
+    plain = resolve_stack("gpu-a", {"gpu_stack": "cuda-12.8"}, L40S, MATRIX)
+    changed = resolve_stack("gpu-b", {"gpu_stack": "cuda-12.8", var: value}, L40S, MATRIX)
+    again = resolve_stack("gpu-c", {"gpu_stack": "cuda-12.8"}, L40S, MATRIX)
+    for family in ("apt", "apt_ubuntu", "dnf"):
+        _pins_cache.clear()
+        first = packages_for(plain, family)
+        other = packages_for(changed, family)
+        assert packages_for(again, family) == first
+        assert other != first
+        # What the cache answers is what an uncached computation gives.
+        for host, pins in ((plain, first), (changed, other)):
+            fresh = [(c, n, v) for c in COMPONENTS
+                     if c != "fabricmanager" or host.fabricmanager_enabled
+                     for n, v in component_pins(host, c, family, host.module_flavor)]
+            assert [(p.component, p.name, p.version) for p in pins] == fresh
+
+
+def test_a_new_matrix_object_gets_its_own_package_names() -> None:
+    """every_name is cached per matrix object and keeps the object alive beside its answer, so
+    a later matrix never gets an earlier one's names, even at a reused id."""
+    from provisioner.matrix import packages
+
+    first = load_matrix()
+    names = packages.every_name(first, "driver", "apt")
+    assert "cuda-drivers-580" in names
+    second = first.model_copy(deep=True)
+    for name in [n for n, s in second.stacks.items() if s.driver.version.startswith("580")]:
+        del second.stacks[name]
+    # As if ``second`` had been born at the id of a matrix the cache still answers for.
+    packages._every_name_cache[id(second)] = packages._every_name_cache[id(first)]
+    assert "cuda-drivers-580" not in packages.every_name(second, "driver", "apt")
+    assert packages.every_name(first, "driver", "apt") == names
