@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,26 @@ def _resume_drained(inventory: Path) -> None:
     for node in sorted(set(out.stdout.split())):
         subprocess.run([podman, "exec", controllers[0], "scontrol", "update", f"NodeName={node}",
                         "State=RESUME"], capture_output=True, timeout=60, check=False)
+
+
+def podman_exec(node: str, script: str) -> subprocess.CompletedProcess[str]:
+    """``sh -c script`` inside a simulated node, as a test inspects or edits it."""
+    return subprocess.run([shutil.which("podman") or "podman", "exec", node, "sh", "-c", script],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def uu_blacklist(node: str) -> list[str]:
+    out = podman_exec(node, "apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert out.returncode == 0, out.stderr
+    return re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', out.stdout, re.M)
+
+
+def installed_from_mirror(node: str) -> list[str]:
+    """The installed packages the simulated NVIDIA mirror built (its maintainer field)."""
+    out = podman_exec(node, "dpkg-query -W -f='${Package}|${Maintainer}\\n'")
+    assert out.returncode == 0, out.stderr
+    return sorted(line.split("|")[0] for line in out.stdout.splitlines()
+                  if "gpu-cluster-provisioner simulation" in line)
 
 
 def node_diagnostics() -> str:

@@ -6,6 +6,7 @@ leaves the default Debian cluster to the next `sim up`."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -17,18 +18,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import newest_report, node_diagnostics
+from tests.e2e.conftest import (
+    installed_from_mirror,
+    newest_report,
+    node_diagnostics,
+    podman_exec,
+    uu_blacklist,
+)
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
 
 pytestmark = pytest.mark.e2e
-
-
-def podman_exec(node: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([shutil.which("podman") or "podman", "exec", node, "sh", "-c", script],
-                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def stack_playbook(inventory: Path, plan: Path) -> subprocess.CompletedProcess[str]:
@@ -74,6 +76,9 @@ def test_up_passes_on_ubuntu_2404_with_ubuntu_revisions(cli: Cli, ubuntu: Path, 
     assert not failed_checks(report)
     facts = podman_exec("sim-gpu-1", ". /etc/os-release; echo $ID $VERSION_ID")
     assert facts.stdout.split() == ["ubuntu", "24.04"]
+    # unattended-upgrades (Ubuntu's default) would skip every package the stack installed.
+    entries, stack = uu_blacklist("sim-gpu-1"), installed_from_mirror("sim-gpu-1")
+    assert stack and [p for p in stack if not any(re.match(e, p) for e in entries)] == []
     plan = tmp_path / "plan.yml"
     assert cli("plan", "--inventory", str(ubuntu), "-o", str(plan)).returncode == 0
     pins = driver_pin(plan, "sim-gpu-1", "apt_ubuntu")
@@ -145,8 +150,24 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     sim_up(cli, "rocky9", inv)
     facts = podman_exec("sim-gpu-1", "cat /etc/redhat-release")
     assert facts.stdout.startswith("Rocky Linux release 9")
+    # As if dnf-automatic were installed (the imitated node has no Rocky archive to get it).
+    made = podman_exec("sim-gpu-1", "printf '[commands]\\napply_updates = yes\\n' "
+                       "> /etc/dnf/automatic.conf")
+    assert made.returncode == 0, made.stderr
     out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
+    # dnf-automatic's [base] excludes every package the stack installed (rpm -qa, by glob).
+    conf = podman_exec("sim-gpu-1", "python3 -c 'import configparser as c; p = c.ConfigParser(); "
+                       "p.read(\"/etc/dnf/automatic.conf\"); print(p[\"base\"][\"excludepkgs\"]); "
+                       "print(p[\"commands\"][\"apply_updates\"])'")
+    assert conf.returncode == 0, conf.stderr
+    globs, kept = conf.stdout.splitlines()
+    assert kept == "yes"
+    rpms = podman_exec("sim-gpu-1", "rpm -qa --qf '%{NAME}|%{SUMMARY}\\n'").stdout
+    # The simulated mirror's packages (their summaries start "SIMULATED:"), not the OS's.
+    stack = [line.split("|")[0] for line in rpms.splitlines() if "|SIMULATED:" in line]
+    assert stack and [p for p in stack
+                      if not any(fnmatch.fnmatchcase(p, g) for g in globs.split())] == []
     enabled = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
     assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", enabled.stdout, re.M), enabled.stdout
     # A plan without the stream: dnf's modular filtering hides every driver release.

@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from provisioner import plan as plan_mod
-from tests.e2e.conftest import SIM_NODES, FirstUp, newest_report
+from tests.e2e.conftest import (
+    SIM_NODES,
+    FirstUp,
+    installed_from_mirror,
+    newest_report,
+    uu_blacklist,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,6 +57,19 @@ def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
     assert all(row["correct"] for row in inter[0]["allreduce"])
     assert inter[0]["ddp"]["decreased"] and inter[0]["ddp"]["params_identical"]
     assert "simulated" in inter[0]["verdict"]["floor_skipped"]
+
+
+def test_automatic_upgrades_skip_every_installed_stack_package(first_up: FirstUp) -> None:
+    """What apt merges from apt.conf.d (unattended-upgrades reads the same) blacklists every
+    package the stack installed from the (simulated) NVIDIA mirror, and nothing of the OS."""
+    assert first_up.returncode == 0, first_up.stdout[-3000:] + first_up.stderr
+    for node in ("sim-gpu-1", "sim-gpu-2"):
+        entries = uu_blacklist(node)
+        stack = installed_from_mirror(node)
+        assert len(stack) >= 10, stack
+        assert [p for p in stack if not any(re.match(e, p) for e in entries)] == []
+        assert not any(re.match(e, "openssh-server") or re.match(e, "linux-image-amd64")
+                       for e in entries)
 
 
 def test_rerun_changes_nothing(cli: Cli, inventory: Path, runs_dir: Path) -> None:
