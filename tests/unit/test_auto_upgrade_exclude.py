@@ -48,6 +48,13 @@ def test_every_name_the_matrix_can_plan_is_excluded(component: str, family: str)
     assert not [n for n in sorted(names) if not blocked(n)]
 
 
+def test_the_monitoring_roles_exporter_is_excluded() -> None:
+    """dcgm-exporter comes from NVIDIA's repositories too and is built against one DCGM."""
+    name = yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml").read_text())[
+        "monitoring_dcgm_exporter_package"]
+    assert uu_blocks(name) and dnf_blocks(name)
+
+
 @pytest.mark.parametrize("name", OS_PACKAGES)
 def test_os_packages_keep_their_automatic_upgrades(name: str) -> None:
     assert not uu_blocks(name) and not dnf_blocks(name)
