@@ -129,6 +129,32 @@ def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool
                  f"loaded kernel module is {loaded or 'unreadable'}, the plan says {planned}")
 
 
+def _driver_kernels(host: str, drv: Section | None, planned: str,
+                    completed: bool) -> Check | None:
+    """The driver's DKMS module for every installed kernel (the role measured ``dkms status``):
+    a kernel installed but not booted without it is a node that reboots without a driver."""
+    want = f"{planned} built for every installed kernel"
+    if not drv:
+        return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
+                             completed)
+    if str(drv.get("kernels_checked")).lower() == "false":
+        return Check(host, "stack", "driver_kernels", "skip", None, want,
+                     "not checked: nvidia_driver_dkms_check is off")
+    kernels = drv.get("kernels")
+    if not isinstance(kernels, Mapping) or not kernels:
+        return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
+                             completed)
+    states = {str(k): str(v) for k, v in sorted(kernels.items())}
+    measured = ", ".join(f"{k}: {v}" for k, v in states.items())
+    bad = [k for k, v in states.items() if v != "installed"]
+    if bad:
+        return Check(host, "stack", "driver_kernels", "fail", measured, want,
+                     f"the driver's module is not built for kernel {', '.join(bad)}: a reboot "
+                     "into it leaves the node without a GPU driver")
+    return Check(host, "stack", "driver_kernels", "pass", measured, want,
+                 f"dkms has the driver's module for all {len(states)} installed kernel(s)")
+
+
 def _nccl_library(host: str, nccl: Section | None) -> Check | None:
     """libnccl.so.X.Y.Z is what programs load; when the role could read it, it must agree with
     nccl.h (a header from one package and a library from another is a broken install)."""
@@ -197,7 +223,8 @@ def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section]
         measured = _measured(rep.get(m.section), m.key)
         checks.append(_compare(host, m, measured, planned) if measured
                       else _not_measured(host, m.check, m.section, m.source, planned, completed))
-    extra = [_nccl_library(host, rep.get("nccl")),
+    extra = [_driver_kernels(host, drv, str(stack.driver_version), completed),
+             _nccl_library(host, rep.get("nccl")),
              _nvlsm(host, stack, rep.get("nvidia_fabricmanager"), completed),
              _cdi(host, hp, rep.get("nvidia_container_toolkit"))]
     checks.extend(c for c in extra if c is not None)

@@ -26,7 +26,17 @@ import yaml
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import cache_dir
 from provisioner.sim import podman
-from provisioner.sim.faults import fault_file_text, for_node, kernel_log, parse_faults, validate
+from provisioner.sim.bundle import tool_script
+from provisioner.sim.faults import (
+    KERNEL_FILES,
+    fault_file_text,
+    for_node,
+    kernel_files,
+    kernel_log,
+    newer_kernel,
+    parse_faults,
+    validate,
+)
 from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
@@ -136,6 +146,8 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
     kernel = os.uname().release
     log = SIM_KERNEL_LOG.lstrip("/")
     ib_root = SIM_IB_SYSFS.lstrip("/")
+    newer = newer_kernel(kernel)
+    kernel_paths = tuple(p.replace("K2", newer).lstrip("/") for p in KERNEL_FILES)
     for name, group in spec.node_names():
         if group != "gpu_nodes":
             continue
@@ -144,12 +156,19 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for path, data, mode in sim_files(group, dict(profile_json, hostname=name), faults,
                                               kernel):
-                if path in FAULT_FILES or path == log or path.startswith(ib_root + "/"):
+                if (path in FAULT_FILES or path == log or path.startswith(ib_root + "/")
+                        or path.startswith(kernel_paths)):
                     if data is None:
                         _add_dir(tar, path, mode)
-                    elif mode != -1:
+                    elif mode == -1:
+                        _add_symlink(tar, path, data.decode())
+                    else:
                         _add_file(tar, path, data, mode)
-        podman.run(["exec", name, "rm", "-rf", SIM_IB_SYSFS])
+        # A healed node loses the newer kernel as `apt remove` would take it: image, modules
+        # (the DKMS-built ones included), headers and DKMS' record of builds for it.
+        podman.run(["exec", name, "sh", "-c",
+                    f"rm -rf {SIM_IB_SYSFS} " + " ".join(f"/{p}" for p in kernel_paths)
+                    + f" /var/lib/dkms/*/*/{newer}"])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
         say(f"{name}: faults now {', '.join(faults) if faults else 'none'}")
 
@@ -328,9 +347,14 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         (f"{hdr}/SIMULATED", SIM_MARKER, 0o644),
         (f"lib/modules/{kernel}", None, 0o755),
         (f"lib/modules/{kernel}/build", f"/{hdr}".encode(), -1),
+        # The running kernel's image, where Debian, Ubuntu and RHEL keep it.
+        ("boot", None, 0o755),
+        (f"boot/vmlinuz-{kernel}", SIM_MARKER, 0o644),
     ]
     if group == "gpu_nodes":
         out += [
+            # dkms comes with the OS on a real node (a dependency of NVIDIA's -dkms packages).
+            ("usr/sbin/dkms", tool_script("dkms"), 0o755),
             ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
              0o644),
             ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
@@ -347,6 +371,7 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
              f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
         ]
         out += _ib_tree(profile_json, faults)
+        out += kernel_files(parse_faults(faults), kernel)
     return out
 
 

@@ -32,6 +32,9 @@ from provisioner.errors import InputError
 from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, gpu_bus
 
 Target = Literal["gpu", "hca", "node"]
+# What the kernel faults put on the node (K2: newer_kernel of the running one), and what a node
+# without them must not have.
+KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K2")
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("driver-other-version", "driver-other-version", r"driver-other-version", "node",
               "nvidia-smi reports a driver one branch above the installed one", (FAULTS_FILE,),
               ("nvidia-smi",)),
+    FaultKind("kernel-newer-unbuilt", "kernel-newer-unbuilt", r"kernel-newer-unbuilt", "node",
+              "a newer kernel is installed (not booted) with its headers, and no NVIDIA "
+              "module was built for it (its DKMS hook failed)", KERNEL_FILES, ("dkms",)),
+    FaultKind("kernel-newer-no-headers", "kernel-newer-no-headers", r"kernel-newer-no-headers",
+              "node", "a newer kernel is installed (not booted) without its headers, which no "
+              "repository offers", KERNEL_FILES, ("dkms",)),
 )
 
 
@@ -160,6 +169,35 @@ def other_cuda_version(version: str) -> str:
         return f"{version}.1"
     parts[1] = str(int(parts[1]) + 1)
     return ".".join(parts)
+
+
+def newer_kernel(kernel: str) -> str:
+    """The release of the kernel the kernel faults install: the running one's with its patch
+    level one up (6.1.0-18-amd64 -> 6.1.1-18-amd64)."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(.*)", kernel)
+    if match is None:
+        return f"{kernel}.newer"
+    major, minor, patch, rest = match.groups()
+    return f"{major}.{minor}.{int(patch) + 1}{rest}"
+
+
+def kernel_files(faults: Iterable[Fault], kernel: str) -> list[tuple[str, bytes | None, int]]:
+    """(path, content, mode) the kernel faults add (relative to /; content None: a directory,
+    mode -1: a symlink to the content): the newer kernel's image and module directory, and
+    with ``kernel-newer-unbuilt`` its headers (``build`` pointing at them)."""
+    keys = {fault.kind.key for fault in faults}
+    if not keys & {"kernel-newer-unbuilt", "kernel-newer-no-headers"}:
+        return []
+    newer = newer_kernel(kernel)
+    marker = b"SIMULATED kernel file (gpu-cluster-provisioner fault)\n"
+    out: list[tuple[str, bytes | None, int]] = [
+        ("boot", None, 0o755), (f"boot/vmlinuz-{newer}", marker, 0o644),
+        (f"lib/modules/{newer}", None, 0o755)]
+    if "kernel-newer-unbuilt" in keys:
+        hdr = f"usr/src/linux-headers-{newer}"
+        out += [(hdr, None, 0o755), (f"{hdr}/SIMULATED", marker, 0o644),
+                (f"lib/modules/{newer}/build", f"/{hdr}".encode(), -1)]
+    return out
 
 
 def kernel_log(faults: Iterable[Fault]) -> str:

@@ -77,6 +77,11 @@ class SimPackage:
     files: Mapping[str, bytes | str] = field(default_factory=dict)
     modes: Mapping[str, int] = field(default_factory=dict)
     postinst: str | None = None
+    # Run before removal (and before an upgrade replaces it), as dpkg runs DEBIAN/prerm.
+    prerm: str | None = None
+    # The rpm build also runs postinst/prerm (as %post/%preun). Only for scripts that work on
+    # every imitated OS (plain sh, no Debian-only tools).
+    scripts_on_rpm: bool = False
     description: str = "simulated package"
     architecture: str = "amd64"
 
@@ -153,7 +158,7 @@ class SimPackage:
         canonical = {
             "name": self.name, "version": self.version, "architecture": self.architecture,
             "depends": list(self.depends), "provides": list(self.provides),
-            "description": self.description, "postinst": self.postinst,
+            "description": self.description, "postinst": self.postinst, "prerm": self.prerm,
             "files": {p: hashlib.sha256(d).hexdigest() for p, d in self.all_files().items()},
             "modes": {p: self.modes[p] for p in sorted(self.modes)},
             "epoch": SOURCE_DATE_EPOCH,
@@ -247,14 +252,14 @@ def _build_one(pkg: SimPackage, target: Path) -> None:
         control = stage / "DEBIAN" / "control"
         control.write_text(pkg.control(size_kib), encoding="utf-8")
         control.chmod(0o644)
-        if pkg.postinst is not None:
-            script = pkg.postinst
-            if not script.startswith("#!"):
-                script = "#!/bin/sh\nset -e\n" + script
-            postinst = stage / "DEBIAN" / "postinst"
-            postinst.write_text(script if script.endswith("\n") else script + "\n",
-                                encoding="utf-8")
-            postinst.chmod(0o755)
+        for name, body in (("postinst", pkg.postinst), ("prerm", pkg.prerm)):
+            if body is None:
+                continue
+            script = body if body.startswith("#!") else "#!/bin/sh\nset -e\n" + body
+            maintscript = stage / "DEBIAN" / name
+            maintscript.write_text(script if script.endswith("\n") else script + "\n",
+                                   encoding="utf-8")
+            maintscript.chmod(0o755)
         for directory in [stage, *directories]:
             directory.chmod(0o755)
         for item in [*stage.rglob("*"), stage]:

@@ -46,6 +46,26 @@ def _unit(description: str, exec_start: str) -> str:
             "WantedBy=multi-user.target\n")
 
 
+_DKMS_POSTINST = """\
+command -v dkms >/dev/null 2>&1 || exit 0
+dkms status -m nvidia -v {version} | grep -q . || dkms add -m nvidia -v {version}
+for k in $(ls /lib/modules 2>/dev/null); do
+  if [ -e "/lib/modules/$k/build" ] || [ -e "/lib/modules/$k/source" ]; then
+    dkms install -m nvidia -v {version} -k "$k"
+  else
+    echo "Module build for kernel $k was skipped since the kernel headers for this kernel" \\
+      "do not seem to be installed."
+  fi
+done
+"""
+_DKMS_PRERM = """\
+command -v dkms >/dev/null 2>&1 || exit 0
+if dkms status -m nvidia -v {version} | grep -q .; then
+  dkms remove -m nvidia -v {version} --all
+fi
+"""
+
+
 def package_for(component: str, flavor: str | None, name: str, version: str,
                 stack: Mapping[str, Any]) -> SimPackage:
     up = _upstream(version)
@@ -65,10 +85,18 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
                           modes={**base.modes, "/usr/bin/nvidia-persistenced": 0o755},
                           description=f"NVIDIA driver {up} user space (simulated)")
     if component == "driver":
+        # The kernel module's DKMS source, registered and built at install for every kernel
+        # whose headers are there (as the DKMS helper scripts of Debian's dh_dkms and the
+        # kmod-*-dkms rpms do), unregistered before removal. The simulated dkms
+        # (provisioner.sim.tools.dkms) builds nothing: it records, as the real one does.
         return SimPackage(name=name, version=version, files={
             f"/usr/src/nvidia-{up}/SIMULATED": "simulated kernel module sources\n",
+            f"/usr/src/nvidia-{up}/dkms.conf":
+                f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n',
             "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
-        }, description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
+        }, postinst=_DKMS_POSTINST.format(version=up), prerm=_DKMS_PRERM.format(version=up),
+            scripts_on_rpm=True,
+            description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
     if component == "fabricmanager" and ("fabricmanager" in name or "fabric-manager" in name):
         return SimPackage(name=name, version=version, files={
             "/usr/bin/nv-fabricmanager": daemon_script("nv-fabricmanager"),

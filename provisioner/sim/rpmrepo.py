@@ -78,21 +78,36 @@ def _el_path(path: str) -> str:
     return path
 
 
+def _scriptlet(section: str, script: str) -> list[str]:
+    """``script`` (sh) as an rpm scriptlet in rpm's built-in Lua, which calls sh: a %post in
+    sh would make the package require /bin/sh, which no rpm of an imitated node provides (its
+    userland is Debian's). rpm expands macros in the spec, so every % is doubled."""
+    if "]]" in script:
+        raise ValueError(f"{section}: the script may not contain ']]'")
+    return [f"{section} -p <lua>",
+            "os.execute([[" + script.replace("%", "%%").rstrip("\n") + "\n]])"]
+
+
 def _spec(pkg: SimPackage, files: Iterable[str]) -> str:
     epoch, version, release = evr(pkg.version)
-    # No %post: it would make the package require /bin/sh, which no rpm of an imitated node
-    # provides (its userland is Debian's). No automatic dependencies for the same reason.
+    # Scriptlets only for packages whose scripts work on every imitated OS (scripts_on_rpm),
+    # in Lua (see _scriptlet). No automatic dependencies: nothing on the node provides them.
     lines = [f"Name: {pkg.name}"] + ([f"Epoch: {epoch}"] if epoch else []) + [
         f"Version: {version}", f"Release: {release}", f"Summary: {pkg.summary}",
         "License: LicenseRef-simulated", f"BuildArch: {ARCH}", "AutoReqProv: no",
         "%description", "Built by gpu-cluster-provisioner for a simulated cluster: it contains "
-        "no NVIDIA software.", "%install", "cp -a %{_stagedir}/. %{buildroot}/", "%files"]
-    lines += [f'"{path}"' for path in sorted(files)]
+        "no NVIDIA software.", "%install", "cp -a %{_stagedir}/. %{buildroot}/"]
+    if pkg.scripts_on_rpm and pkg.postinst:
+        lines += _scriptlet("%post", pkg.postinst)
+    if pkg.scripts_on_rpm and pkg.prerm:
+        lines += _scriptlet("%preun", pkg.prerm)
+    lines += ["%files"] + [f'"{path}"' for path in sorted(files)]
     return "\n".join(lines) + "\n"
 
 
 def _digest(pkg: SimPackage) -> str:
     data = {"name": pkg.name, "version": pkg.version, "summary": pkg.summary,
+            "scripts": [pkg.postinst, pkg.prerm] if pkg.scripts_on_rpm else None,
             "files": {p: hashlib.sha256(d).hexdigest() for p, d in pkg.all_files().items()},
             "modes": {p: pkg.modes[p] for p in sorted(pkg.modes)}, "recipe": 1}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

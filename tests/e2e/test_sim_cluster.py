@@ -51,6 +51,11 @@ def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
     names = {(c["host"], c["phase"], c["name"]) for c in report["checks"]}
     assert ("sim-gpu-2", "gpu_validate", "gpu3_nvlink") in names
     assert ("sim-gpu-1", "stack", "nccl_consistent") in names
+    # dkms status measured on the node: the running kernel (the only one) has the module.
+    kernels = {c["host"]: c for c in report["checks"] if c["name"] == "driver_kernels"}
+    assert set(kernels) == {"sim-gpu-1", "sim-gpu-2"}
+    assert kernels["sim-gpu-1"]["status"] == "pass"
+    assert kernels["sim-gpu-1"]["measured"] == f"{os.uname().release}: installed"
     runs = report["smoke"]["runs"]
     inter = [r for r in runs if r["label"] == "inter-node"]
     assert len(inter) == 1 and inter[0]["world_size"] == 4 and inter[0]["nnodes"] == 2

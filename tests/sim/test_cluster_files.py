@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -14,7 +15,7 @@ import pytest
 from provisioner.profiles import load_profiles
 from provisioner.sim import cluster as cluster_mod
 from provisioner.sim.cluster import SimSpec, apply_faults, sim_files, sim_inventory_vars
-from provisioner.sim.faults import for_node
+from provisioner.sim.faults import for_node, newer_kernel
 from provisioner.sim.image import image_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "module_utils"))
@@ -151,9 +152,17 @@ def test_faults_are_injected_into_running_nodes_and_healed(
                 with tarfile.open(fileobj=io.BytesIO(data or b"")) as tar:
                     out[node] = {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
                                  for m in tar.getmembers() if m.isfile()}
-        # The old IB tree goes first, so a healed port does not keep a stale file.
-        assert [a for a, _ in calls if a[0] == "exec"] == [
-            ["exec", n, "rm", "-rf", cluster_mod.SIM_IB_SYSFS] for n in out]
+                    out[node].update({m.name: f"-> {m.linkname}".encode()
+                                      for m in tar.getmembers() if m.issym()})
+        # The old IB tree and any newer kernel go first, so a healed node keeps neither.
+        newer = newer_kernel(os.uname().release)
+        removals = [a for a, _ in calls if a[0] == "exec"]
+        assert [a[:4] for a in removals] == [["exec", n, "sh", "-c"] for n in out]
+        for args in removals:
+            assert args[4].split() == ["rm", "-rf", cluster_mod.SIM_IB_SYSFS,
+                                       f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
+                                       f"/usr/src/linux-headers-{newer}",
+                                       f"/var/lib/dkms/*/*/{newer}"]
         return out
 
     faulty = pushed(SimSpec(faults=("sim-gpu-2:mlx5_1-down", "sim-gpu-2:gpu3-xid-79")))
@@ -172,6 +181,18 @@ def test_faults_are_injected_into_running_nodes_and_healed(
     assert healed["sim-gpu-2"]["etc/gpu-sim/faults"] == b""
     assert b"ACTIVE" in healed["sim-gpu-2"][state]
     assert parse_xid(healed["sim-gpu-2"][log].decode()) == []
+    # A newer kernel installed but not booted: its image and module directory, its headers
+    # only with kernel-newer-unbuilt.
+    newer = newer_kernel(os.uname().release)
+    kernels = pushed(SimSpec(faults=("sim-gpu-1:kernel-newer-unbuilt",
+                                     "sim-gpu-2:kernel-newer-no-headers")))
+    assert f"boot/vmlinuz-{newer}" in kernels["sim-gpu-1"]
+    assert kernels["sim-gpu-1"][f"lib/modules/{newer}/build"] == (
+        f"-> /usr/src/linux-headers-{newer}".encode())
+    assert f"boot/vmlinuz-{newer}" in kernels["sim-gpu-2"]
+    assert not any(p.startswith(("usr/src/", f"lib/modules/{newer}/"))
+                   for p in kernels["sim-gpu-2"])
+    assert not any("vmlinuz" in p for p in pushed(SimSpec())["sim-gpu-1"])
 
 
 @pytest.mark.parametrize("node_os", ["debian12", "ubuntu2404", "rocky9"])

@@ -46,7 +46,21 @@ EXAMPLES = {
     "mlx5_7-half-rate": ("hca-half-rate", {"hca": 7}),
     "nvcc-other-version": ("nvcc-other-version", {}),
     "driver-other-version": ("driver-other-version", {}),
+    "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
+    "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
 }
+
+
+@pytest.mark.parametrize(("running", "newer"), [
+    ("6.1.0-18-amd64", "6.1.1-18-amd64"),
+    ("5.14.0-427.13.1.el9_4.x86_64", "5.14.1-427.13.1.el9_4.x86_64"),
+    ("6.8.0-45-generic", "6.8.1-45-generic"),
+    ("weird", "weird.newer"),
+])
+def test_the_newer_kernel_is_another_release(running: str, newer: str) -> None:
+    from provisioner.sim.faults import newer_kernel
+
+    assert newer_kernel(running) == newer
 
 
 def test_every_kind_has_an_example_and_the_examples_parse_to_it() -> None:

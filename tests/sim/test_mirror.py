@@ -298,3 +298,30 @@ def test_apt_accepts_the_repository_with_signed_by(tmp_path: Path, key: SigningK
     policy = subprocess.run(["apt-cache", *options, "policy", "libnccl2"], capture_output=True,
                             text=True, check=True).stdout
     assert "Candidate: 2.21.5-1+cuda12.4" in policy
+
+
+def test_the_kernel_module_package_registers_with_dkms_on_rpm_too(tmp_path: Path) -> None:
+    """The DKMS driver package's install and removal scripts run on the imitated RHEL node too:
+    as rpm scriptlets in rpm's built-in Lua (which calls sh), so the package requires no
+    /bin/sh; the other packages carry none."""
+    from provisioner.sim.packages import package_for
+    from provisioner.sim.rpmrepo import _build_one, rpm_filename
+
+    if shutil.which("rpmbuild") is None or shutil.which("rpm") is None:
+        pytest.skip("rpmbuild is not installed (make deps installs it)")
+    stack = {"cuda_version": "13.0"}
+    kmod = package_for("driver", "open", "kmod-nvidia-open-dkms", "3:580.95.05-1.el9", stack)
+    assert kmod.scripts_on_rpm and kmod.postinst and kmod.prerm
+    target = tmp_path / rpm_filename(kmod)
+    _build_one(kmod, target)
+    scripts = subprocess.run(["rpm", "-qp", "--scripts", str(target)], capture_output=True,
+                             text=True, check=True).stdout
+    assert "postinstall scriptlet (using <lua>)" in scripts
+    assert "preuninstall scriptlet (using <lua>)" in scripts
+    assert "dkms add -m nvidia -v 580.95.05" in scripts
+    assert "dkms remove -m nvidia -v 580.95.05 --all" in scripts
+    requires = subprocess.run(["rpm", "-qp", "--requires", str(target)], capture_output=True,
+                              text=True, check=True).stdout
+    assert "/bin/sh" not in requires
+    ctk = package_for("container_toolkit", None, "libnvidia-container1", "1.18.0-1", stack)
+    assert ctk.prerm is None and not ctk.scripts_on_rpm

@@ -29,7 +29,9 @@ def cluster_plan(tmp_path: Path) -> plan_mod.ClusterPlan:
 # What the roles of a healthy cuda-13.0 node measure (stacks.yml: driver 580.95.05, CUDA 13.0.2,
 # cuDNN 9.13.0.50, NCCL 2.28.3-1+cuda13.0, Container Toolkit 1.18.0, DCGM 4.4.0).
 HEALTHY: dict[str, dict[str, Any]] = {
-    "nvidia_driver": {"version": "580.95.05", "loaded": "580.95.05", "reboot_required": False},
+    "nvidia_driver": {"version": "580.95.05", "loaded": "580.95.05", "reboot_required": False,
+                      "kernels": {"6.1.0-18-amd64": "installed", "6.1.0-20-amd64": "installed"},
+                      "kernels_checked": True},
     "nvidia_fabricmanager": {"version": "580.95.05", "service": "active"},
     "cuda_toolkit": {"release": "13.0", "nvcc_build": "13.0.88", "version": "13.0.2"},
     "cudnn": {"version": "9.13.0"},
@@ -39,7 +41,7 @@ HEALTHY: dict[str, dict[str, Any]] = {
                                  + ["nvidia.com/gpu=all"]},
     "nvidia_dcgm": {"version": "4.4.0", "source": "dcgmi"},
 }
-STACK_CHECKS = {"driver_loaded", "driver", "fabricmanager", "nvcc_release", "cuda_toolkit",
+STACK_CHECKS = {"driver_loaded", "driver", "driver_kernels", "fabricmanager", "nvcc_release", "cuda_toolkit",
                 "cudnn", "nccl", "container_toolkit", "dcgm", "cdi_devices", "nccl_consistent"}
 
 
@@ -105,7 +107,42 @@ def test_a_measured_value_other_than_planned_fails_that_check(
 
 
 def test_every_stack_check_has_a_mismatch_case() -> None:
-    assert {m[3] for m in MISMATCHES} | {"cdi_devices", "nccl_consistent"} == STACK_CHECKS
+    assert ({m[3] for m in MISMATCHES} | {"cdi_devices", "nccl_consistent", "driver_kernels"}
+            == STACK_CHECKS)
+
+
+@pytest.mark.parametrize("state", ["missing", "built"])
+def test_a_kernel_without_the_drivers_module_fails_driver_kernels(
+        cluster_plan: plan_mod.ClusterPlan, state: str) -> None:
+    """dkms status for every installed kernel: one installed-but-not-booted kernel without the
+    module (or with another version's file in place) fails, naming that kernel."""
+    reports = role_reports()
+    reports["gpu-b"]["nvidia_driver"]["kernels"] = {"6.1.0-18-amd64": "installed",
+                                                    "6.1.0-20-amd64": state}
+    checks = by(stack_checks(cluster_plan, reports))
+    bad = checks[("gpu-b", "driver_kernels")]
+    assert bad.status == "fail"
+    assert "6.1.0-20-amd64" in bad.detail and "6.1.0-18-amd64" not in bad.detail
+    assert bad.measured == f"6.1.0-18-amd64: installed, 6.1.0-20-amd64: {state}"
+    assert checks[("gpu-a", "driver_kernels")].status == "pass"
+
+
+@pytest.mark.parametrize(("kernels", "checked", "status"), [
+    ({}, True, "fail"),            # the role checked and published nothing: a defect
+    (None, True, "fail"),
+    ({}, False, "skip"),           # nvidia_driver_dkms_check off: said so
+])
+def test_driver_kernels_without_a_measurement(cluster_plan: plan_mod.ClusterPlan,
+                                              kernels: dict[str, str] | None, checked: bool,
+                                              status: str) -> None:
+    reports = role_reports()
+    drv = reports["gpu-a"]["nvidia_driver"]
+    drv["kernels_checked"] = checked
+    if kernels is None:
+        del drv["kernels"]
+    else:
+        drv["kernels"] = kernels
+    assert by(stack_checks(cluster_plan, reports))[("gpu-a", "driver_kernels")].status == status
 
 
 def test_nccl_consistency_compares_measured_versions_across_nodes(
