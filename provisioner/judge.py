@@ -131,9 +131,10 @@ def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool
 
 def _driver_kernels(host: str, drv: Section | None, planned: str,
                     completed: bool) -> Check | None:
-    """The driver's DKMS module for every installed kernel (the role measured ``dkms status``):
-    a kernel installed but not booted without it is a node that reboots without a driver."""
-    want = f"{planned} built for every installed kernel"
+    """The driver's DKMS module for the running kernel and every newer installed one (the role
+    measured ``dkms status``): a kernel a reboot may bring up without it is a node that comes
+    back without a driver. An older kernel without it (a manual fallback) is a warning."""
+    want = f"{planned} built for the running kernel and every newer one"
     if not drv:
         return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
                              completed)
@@ -145,12 +146,20 @@ def _driver_kernels(host: str, drv: Section | None, planned: str,
         return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
                              completed)
     states = {str(k): str(v) for k, v in sorted(kernels.items())}
+    required = drv.get("kernels_required")
+    must = ({str(k) for k in required} if isinstance(required, (list, tuple)) and required
+            else set(states))
     measured = ", ".join(f"{k}: {v}" for k, v in states.items())
-    bad = [k for k, v in states.items() if v != "installed"]
+    bad = [k for k, v in states.items() if v != "installed" and k in must]
+    old = [k for k, v in states.items() if v != "installed" and k not in must]
     if bad:
         return Check(host, "stack", "driver_kernels", "fail", measured, want,
                      f"the driver's module is not built for kernel {', '.join(bad)}: a reboot "
                      "into it leaves the node without a GPU driver")
+    if old:
+        return Check(host, "stack", "driver_kernels", "warn", measured, want,
+                     f"older kernel {', '.join(old)} has no driver module: booting it by hand "
+                     "leaves the node without a GPU driver")
     return Check(host, "stack", "driver_kernels", "pass", measured, want,
                  f"dkms has the driver's module for all {len(states)} installed kernel(s)")
 

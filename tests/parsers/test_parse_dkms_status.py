@@ -3,7 +3,8 @@ and Ubuntu 24.04 dkms 3): which kernels have the NVIDIA module at the planned ve
 
 from __future__ import annotations
 
-from gpucluster.dkms import kernel_states, parse_status
+import pytest
+from gpucluster.dkms import boot_candidates, kernel_states, parse_status
 
 DKMS3 = """\
 nvidia/580.95.05, 6.1.0-18-amd64, x86_64: installed
@@ -48,3 +49,18 @@ def test_added_only_and_other_modules_and_noise() -> None:
         "6.8.0-45-generic": "installed"}
     assert kernel_states("", "580.95.05", ["6.8.0-45-generic"]) == {
         "6.8.0-45-generic": "missing"}
+
+
+@pytest.mark.parametrize(("kernels", "running", "expected"), [
+    (["6.1.0-17-amd64", "6.1.0-18-amd64", "6.1.0-20-amd64"], "6.1.0-18-amd64",
+     ["6.1.0-18-amd64", "6.1.0-20-amd64"]),
+    (["5.14.0-427.13.1.el9_4.x86_64", "5.14.0-503.11.1.el9_5.x86_64",
+      "5.14.0-362.8.1.el9_3.x86_64"], "5.14.0-427.13.1.el9_4.x86_64",
+     ["5.14.0-427.13.1.el9_4.x86_64", "5.14.0-503.11.1.el9_5.x86_64"]),
+    (["6.8.0-45-generic", "6.8.0-9-generic"], "6.8.0-45-generic", ["6.8.0-45-generic"]),
+    (["odd"], "odd", ["odd"]),
+])
+def test_the_kernels_a_reboot_may_bring_up(kernels: list[str], running: str,
+                                           expected: list[str]) -> None:
+    """Numbers compared as numbers: 6.8.0-45 is newer than 6.8.0-9."""
+    assert boot_candidates(kernels, running) == expected

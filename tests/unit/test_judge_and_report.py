@@ -31,6 +31,7 @@ def cluster_plan(tmp_path: Path) -> plan_mod.ClusterPlan:
 HEALTHY: dict[str, dict[str, Any]] = {
     "nvidia_driver": {"version": "580.95.05", "loaded": "580.95.05", "reboot_required": False,
                       "kernels": {"6.1.0-18-amd64": "installed", "6.1.0-20-amd64": "installed"},
+                      "kernels_required": ["6.1.0-18-amd64", "6.1.0-20-amd64"],
                       "kernels_checked": True},
     "nvidia_fabricmanager": {"version": "580.95.05", "service": "active"},
     "cuda_toolkit": {"release": "13.0", "nvcc_build": "13.0.88", "version": "13.0.2"},
@@ -125,6 +126,20 @@ def test_a_kernel_without_the_drivers_module_fails_driver_kernels(
     assert "6.1.0-20-amd64" in bad.detail and "6.1.0-18-amd64" not in bad.detail
     assert bad.measured == f"6.1.0-18-amd64: installed, 6.1.0-20-amd64: {state}"
     assert checks[("gpu-a", "driver_kernels")].status == "pass"
+
+
+def test_an_older_kernel_without_the_module_is_a_warning(
+        cluster_plan: plan_mod.ClusterPlan) -> None:
+    """A fallback kernel older than the running one is booted only by hand: reported, not a
+    failure (its headers may be gone from the mirror)."""
+    reports = role_reports()
+    drv = reports["gpu-b"]["nvidia_driver"]
+    drv["kernels"] = {"6.1.0-17-amd64": "missing", "6.1.0-18-amd64": "installed"}
+    drv["kernels_required"] = ["6.1.0-18-amd64"]
+    check = by(stack_checks(cluster_plan, reports))[("gpu-b", "driver_kernels")]
+    assert check.status == "warn" and "6.1.0-17-amd64" in check.detail
+    drv["kernels_required"] = ["6.1.0-17-amd64", "6.1.0-18-amd64"]
+    assert by(stack_checks(cluster_plan, reports))[("gpu-b", "driver_kernels")].status == "fail"
 
 
 @pytest.mark.parametrize(("kernels", "checked", "status"), [

@@ -41,3 +41,17 @@ def kernel_states(text: str, version: str, kernels: Iterable[str]) -> dict[str, 
         if row["kernel"] and rank.get(state, 0) > rank.get(best.get(row["kernel"], ""), 0):
             best[row["kernel"]] = state
     return {kernel: best.get(kernel, "missing") for kernel in kernels}
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """A kernel release's numbers in order, for comparing releases of one distribution
+    (6.1.0-18-amd64 -> (6, 1, 0, 18, 64); 5.14.0-427.13.1.el9_4.x86_64 -> (5, 14, 0, 427, 13,
+    1, 9, 4, 86, 64))."""
+    return tuple(int(n) for n in re.findall(r"\d+", release))
+
+
+def boot_candidates(kernels: Iterable[str], running: str) -> list[str]:
+    """The kernels a reboot may bring up by default: the running one and every newer one.
+    An older kernel stays a manual fallback (its headers may be gone from the mirror)."""
+    floor = release_key(running)
+    return [k for k in kernels if k == running or release_key(k) >= floor]
