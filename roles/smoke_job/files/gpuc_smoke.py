@@ -456,6 +456,14 @@ class Smoke:
         if self.rank == 0:
             self.write_output()
             self.print_table()
+        # No rank leaves before rank 0 has written the report: torchrun stops the remaining
+        # workers as soon as one exits non-zero, so a failing rank 1 that left first could kill
+        # rank 0 before its report existed (seen once under load: exit 1, no report).
+        self.watchdog.kick("final barrier")
+        try:
+            dist.barrier()
+        except RuntimeError:
+            pass  # the report is written; a peer gone now changes nothing
         self.watchdog.kick("destroy_process_group")
         dist.destroy_process_group()
         # Leave without interpreter teardown: torch 2.13's backend threads can abort the
