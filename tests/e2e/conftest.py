@@ -166,6 +166,12 @@ def uu_blacklist(node: str) -> list[str]:
     return re.findall(r'^Unattended-Upgrade::Package-Blacklist:: "(.*)";$', out.stdout, re.M)
 
 
+def not_blacklisted(entries: list[str], names: list[str]) -> list[str]:
+    """``names`` no Package-Blacklist entry matches, as unattended-upgrades matches them (each
+    a regular expression from the start of the name)."""
+    return [n for n in names if not any(re.match(e, n) for e in entries)]
+
+
 def installed_from_mirror(node: str) -> list[str]:
     """The installed packages the simulated NVIDIA mirror built (its maintainer field)."""
     out = podman_exec(node, "dpkg-query -W -f='${Package}|${Maintainer}\\n'")
