@@ -53,6 +53,10 @@ class RunOptions:
     timeout_s: int = 7200
     check_mode: bool = False
     reboot_ok: bool = False
+    # With reboot_ok: nodes rebooted at once ("N" or "P%", the role's default 10% when None)
+    # and how long each may take to come back (the role's default when None).
+    reboot_batch: str | None = None
+    reboot_timeout_s: int | None = None
     # How the smoke job starts: "direct" (torchrun on every node) or "slurm" (srun).
     launcher: str = "direct"
     # Which smoke job runs: "pytorch" (torchrun, DDP) or "tensorflow" (MultiWorkerMirrored).
@@ -217,6 +221,10 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     plan_inventory.chmod(0o600)
     inventories = [plan.inventory.source, plan_inventory]
     extravars: dict[str, Any] = {"nvidia_driver_reboot_ok": options.reboot_ok}
+    if options.reboot_batch is not None:
+        extravars["nvidia_driver_reboot_batch"] = options.reboot_batch
+    if options.reboot_timeout_s is not None:
+        extravars["nvidia_driver_reboot_timeout"] = options.reboot_timeout_s
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)

@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
     up.add_argument("--reboot", action="store_true",
                     help="reboot nodes whose new driver needs it (default: report them)")
+    up.add_argument("--batch-size", type=_batch_size, default=None, metavar="N|P%",
+                    help="with --reboot: how many nodes reboot at once, N or P%% of the nodes "
+                    "the run targets, rounded up (default 10%%); a node that does not come "
+                    "back is reported and the others go on")
+    up.add_argument("--reboot-timeout", type=_seconds, default=None, metavar="SECONDS",
+                    help="with --reboot: how long a node may take to come back (default 1800)")
     up.add_argument("--retry-failed", metavar="RUN",
                     help="resume run RUN (its id, or its directory under the runs dir): rerun "
                     "only the hosts it lost, from the phase they stopped in, then validate "
@@ -568,6 +574,9 @@ def _confirm(args: argparse.Namespace, cp: ClusterPlan, question: str) -> None:
 def _up(args: argparse.Namespace) -> int:
     from provisioner import bringup
 
+    if not args.reboot and (args.batch_size or args.reboot_timeout):
+        raise InputError("--batch-size and --reboot-timeout say how `up --reboot` reboots: "
+                         "add --reboot, or leave them out")
     cp = _build(args.inventory)
     _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
     from provisioner import slurm
@@ -580,6 +589,7 @@ def _up(args: argparse.Namespace) -> int:
         phases = phases[[name for name, _ in phases].index(retry.phase):]
     options = bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
+        reboot_batch=args.batch_size, reboot_timeout_s=args.reboot_timeout,
         max_fail=args.max_fail, launcher=slurm.choose_launcher(cp, None),
         framework=args.framework, retry_hosts=retry.hosts if retry else ())
     return _run(args, cp, "up", phases, options, resumes=retry)

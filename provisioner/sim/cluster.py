@@ -31,6 +31,7 @@ from provisioner.sim.faults import (
     KERNEL_FILES,
     fault_file_text,
     for_node,
+    has_fault,
     kernel_files,
     kernel_log,
     newer_kernel,
@@ -40,7 +41,12 @@ from provisioner.sim.faults import (
 from provisioner.sim.image import ensure_image
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
-from provisioner.sim.tools.node import HGX_BUS_NUMBERS
+from provisioner.sim.tools.node import (
+    DRIVER_VERSION_FILE,
+    FAULTS_FILE,
+    HGX_BUS_NUMBERS,
+    MODULE_VERSION_FILE,
+)
 
 NETWORK = "gpuc-sim"
 MIRROR = "gpuc-sim-mirror"
@@ -67,7 +73,8 @@ class SimSpec:
         """The cluster's shape: nodes, profile, OS. Faults are not part of it: `sim up` with
         other faults rewrites the fault files of the running nodes (``apply_faults``) instead
         of recreating them, so an installed stack survives fault injection."""
-        fields: list[object] = [self.gpu_nodes, self.cpu_nodes, self.profile, self.suite]
+        fields: list[object] = [self.gpu_nodes, self.cpu_nodes, self.profile, self.suite,
+                                NODE_RUNTIME]
         if self.os != "debian12":
             fields.append(self.os)
         return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:12]
@@ -135,6 +142,10 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
     return stopped
 
 
+# How nodes are created and booted (restart policy, boot unit): a change recreates a cluster
+# made by an older one instead of reusing it.
+NODE_RUNTIME = 2
+
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
 FAULT_FILES = ("etc/gpu-sim/faults",)
 
@@ -166,9 +177,13 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
                         _add_file(tar, path, data, mode)
         # A healed node loses the newer kernel as `apt remove` would take it: image, modules
         # (the DKMS-built ones included), headers and DKMS' record of builds for it.
-        podman.run(["exec", name, "sh", "-c",
-                    f"rm -rf {SIM_IB_SYSFS} " + " ".join(f"/{p}" for p in kernel_paths)
-                    + f" /var/lib/dkms/*/*/{newer}"])
+        script = (f"rm -rf {SIM_IB_SYSFS} " + " ".join(f"/{p}" for p in kernel_paths)
+                  + f" /var/lib/dkms/*/*/{newer}")
+        if not has_fault(parse_faults(faults), "reboot-no-return"):
+            # Healed of reboot-no-return after it struck: its sshd starts, as from the console.
+            script += (f"; if [ -e {NO_SSH_FLAG} ]; then rm -f {NO_SSH_FLAG} && "
+                       "systemctl start ssh.service; fi")
+        podman.run(["exec", name, "sh", "-c", script])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
         say(f"{name}: faults now {', '.join(faults) if faults else 'none'}")
 
@@ -221,6 +236,8 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
         # stopped and started again keeps it, so a rerun after a reboot changes nothing.
         podman.run(["create", "--name", name, "--hostname", name, "--network", NETWORK,
                     "--ip", fixed[name], *_labels(spec), "--systemd=always", "--privileged",
+                    # A node that reboots comes back (`podman stop` and `kill` stay stopped).
+                    "--restart=always",
                     "--tmpfs", "/tmp", image.name])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=payload)
         podman.run(["start", name])
@@ -350,6 +367,15 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         # The running kernel's image, where Debian, Ubuntu and RHEL keep it.
         ("boot", None, 0o755),
         (f"boot/vmlinuz-{kernel}", SIM_MARKER, 0o644),
+        # What a kernel boot gives a real node and a container restart does not (BOOT_UNIT).
+        ("usr/local/sbin/gpu-sim-boot", BOOT_SCRIPT.encode(), 0o755),
+        (f"etc/systemd/system/{BOOT_UNIT}", BOOT_UNIT_TEXT.encode(), 0o644),
+        ("etc/systemd/system/sysinit.target.wants", None, 0o755),
+        (f"etc/systemd/system/sysinit.target.wants/{BOOT_UNIT}",
+         f"/etc/systemd/system/{BOOT_UNIT}".encode(), -1),
+        ("etc/systemd/system/ssh.service.d", None, 0o755),
+        ("etc/systemd/system/ssh.service.d/gpu-sim-fault.conf", SSH_FAULT_DROPIN.encode(),
+         0o644),
     ]
     if group == "gpu_nodes":
         out += [
@@ -366,7 +392,6 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
             # The device nodes the NVIDIA driver creates, made at every boot (/dev is a tmpfs).
             ("usr/local/sbin/gpu-sim-devices", _devices_script(profile_json).encode(), 0o755),
             (f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT.encode(), 0o644),
-            ("etc/systemd/system/sysinit.target.wants", None, 0o755),
             (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
              f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
         ]
@@ -379,8 +404,9 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
 # simulated cluster's inventory points the roles' path parameters here (sim_inventory_vars).
 SIM_KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
 SIM_IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
-# Written by the simulated driver package (provisioner/sim/mirror.py): what "loaded" means here.
-SIM_DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
+# The loaded module's version (tools/node.py MODULE_VERSION_FILE): written by the driver
+# package's install and by every boot (gpu-sim-boot), read as /sys/module/nvidia/version.
+SIM_DRIVER_VERSION_FILE = MODULE_VERSION_FILE
 
 
 # A simulated cluster is a demo and a test bed: a fault injected into a running node shows in
@@ -430,6 +456,53 @@ def sim_slurm_groups(spec: SimSpec) -> dict[str, dict[str, Any]]:
     login = [name for name, group in spec.node_names() if group == "cpu_nodes"]
     return {"slurm_controller": {"hosts": {login[0]: {}}}} if login else {}
 
+
+BOOT_UNIT = "gpu-sim-boot.service"
+BOOT_UNIT_TEXT = """\
+# SIMULATED node (gpu-cluster-provisioner): what a kernel boot gives a real node.
+[Unit]
+Description=SIMULATED boot: a boot id of its own, the installed NVIDIA module loaded
+DefaultDependencies=no
+After=local-fs.target
+Before=sysinit.target ssh.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/gpu-sim-boot
+
+[Install]
+WantedBy=sysinit.target
+"""
+# Set at boot when the node has the reboot-no-return fault: its sshd does not start.
+NO_SSH_FLAG = "/run/gpu-sim/no-sshd"
+BOOTED_FLAG = "/var/lib/gpu-sim/booted"
+BOOT_SCRIPT = f"""\
+#!/bin/sh
+# SIMULATED node (gpu-cluster-provisioner): run at every start of the container.
+mkdir -p /run/gpu-sim /var/lib/gpu-sim
+# A container shares the host kernel's boot id, which its restart does not change; a reboot
+# must (Ansible's reboot module waits for a new one). The bind mount lives until the next start.
+cat /proc/sys/kernel/random/uuid > /run/gpu-sim/boot_id
+mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id || echo "gpu-sim-boot: no boot id of its own" >&2
+# The kernel loads the installed driver's module.
+if [ -s {DRIVER_VERSION_FILE} ]; then
+  mkdir -p {MODULE_VERSION_FILE.rsplit("/", 1)[0]}
+  cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}
+fi
+# reboot-no-return (provisioner/sim/faults.py): a node that has booted before and carries the
+# fault hangs before sshd (its first boot, when the fault was injected at creation, does not).
+if [ -e {BOOTED_FLAG} ] && grep -qx reboot-no-return {FAULTS_FILE} 2>/dev/null; then
+  touch {NO_SSH_FLAG}
+fi
+touch {BOOTED_FLAG}
+exit 0
+"""
+SSH_FAULT_DROPIN = f"""\
+# SIMULATED node (gpu-cluster-provisioner): the reboot-no-return fault keeps sshd down.
+[Service]
+ExecCondition=/bin/sh -c 'test ! -e {NO_SSH_FLAG}'
+"""
 
 DEVICES_UNIT = "gpu-sim-devices.service"
 DEVICES_UNIT_TEXT = """\

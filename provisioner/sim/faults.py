@@ -81,6 +81,10 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("driver-other-version", "driver-other-version", r"driver-other-version", "node",
               "nvidia-smi reports a driver one branch above the installed one", (FAULTS_FILE,),
               ("nvidia-smi",)),
+    FaultKind("reboot-no-return", "reboot-no-return", r"reboot-no-return", "node",
+              "the node does not come back from its next reboot: it hangs before sshd starts "
+              "(sim up without the fault starts its sshd again)", (FAULTS_FILE,),
+              ("the node's boot (gpu-sim-boot)",)),
     FaultKind("kernel-newer-unbuilt", "kernel-newer-unbuilt", r"kernel-newer-unbuilt", "node",
               "a newer kernel is installed (not booted) with its headers, and no NVIDIA "
               "module was built for it (its DKMS hook failed)", KERNEL_FILES, ("dkms",)),

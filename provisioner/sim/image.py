@@ -46,7 +46,8 @@ mkdir -p /etc/ssh/sshd_config.d
 printf 'PasswordAuthentication no\nUseDNS no\nPermitRootLogin prohibit-password\n' \
   > /etc/ssh/sshd_config.d/50-gpuc.conf
 systemctl enable ssh.service
-systemctl mask systemd-logind.service getty.target console-getty.service \
+# systemd-logind stays: `shutdown -r` (what Ansible's reboot module runs) asks it to reboot.
+systemctl mask getty.target console-getty.service \
   systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer e2scrub_reap.service
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin

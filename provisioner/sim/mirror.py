@@ -29,6 +29,7 @@ from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.files import sha256_file
+from provisioner.sim.tools.node import DRIVER_VERSION_FILE, MODULE_VERSION_FILE
 
 ORIGIN = "gpu-cluster-provisioner simulated mirror"
 MAINTAINER = "gpu-cluster-provisioner simulation <simulated@gpu-cluster-provisioner.invalid>"
@@ -197,7 +198,19 @@ def simulated_driver_package(
         },
         modes={"/usr/bin/nvidia-smi": 0o755},
         description=f"NVIDIA driver {upstream} (simulated nvidia-smi only)",
+        postinst=_LOAD_MODULE_IF_NONE,
+        scripts_on_rpm=True,
     )
+
+
+# A node with no NVIDIA module loaded loads the new one on first use (nvidia-modprobe); a node
+# running another driver's module keeps it until it reboots (tools/node.py MODULE_VERSION_FILE).
+_LOAD_MODULE_IF_NONE = (
+    f"if [ ! -s {MODULE_VERSION_FILE} ]; then\n"
+    f"  mkdir -p {MODULE_VERSION_FILE.rsplit('/', 1)[0]}\n"
+    f"  cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}\n"
+    "fi\n"
+)
 
 
 def build_packages(pkgs: Iterable[SimPackage], outdir: Path) -> list[Path]:

@@ -92,8 +92,10 @@ def node_states() -> dict[str, str]:
 
 
 def upgrade(cli: Cli, inventory: Path, stack: str) -> tuple[int, dict[str, Any], str]:
+    # --reboot: a node whose driver changes keeps running the old module until it reboots (the
+    # simulated node as a real one); without it every changed node fails driver_loaded.
     out = cli("upgrade", "--inventory", str(inventory), "--stack", stack, "--batch-size", "1",
-              "--yes", "--json", timeout=3600)
+              "--reboot", "--yes", "--json", timeout=3600)
     assert out.stdout.strip(), out.stderr[-3000:]
     return out.returncode, json.loads(out.stdout), out.stderr
 

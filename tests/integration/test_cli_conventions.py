@@ -382,6 +382,12 @@ def test_console_script_carries_the_argcomplete_marker() -> None:
     (["up", "-i", "x", "--timeout", "-3"], "'-3' is not a number of seconds above 0"),
     (["smoke", "-i", "x", "--timeout", "soon"], "'soon' is not a number of seconds above 0"),
     (["inspect", "--json"], "the following arguments are required: files"),
+    (["up", "-i", "x", "--reboot", "--batch-size", "0%"], "'0%' is not a number of nodes"),
+    (["up", "-i", "x", "--reboot", "--reboot-timeout", "0"],
+     "'0' is not a number of seconds above 0"),
+    # How to reboot without --reboot: refused before the inventory is even read.
+    (["up", "-i", "x", "--batch-size", "2"], "add --reboot, or leave them out"),
+    (["up", "-i", "x", "--reboot-timeout", "600"], "add --reboot, or leave them out"),
 ])
 def test_bad_arguments_are_one_line_exit_2(args: list[str], fragment: str) -> None:
     out = run(*args)

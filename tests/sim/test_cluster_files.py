@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -97,8 +98,29 @@ def test_inventory_points_role_paths_at_the_nodes_stand_ins() -> None:
     for var in ("gpu_validate_ib_sysfs_root", "gpu_validate_kernel_log"):
         path = str(extra[var]).lstrip("/")
         assert path in gpu, var
-    # The driver version file comes with the simulated driver package, not with the node.
-    assert str(extra["nvidia_driver_loaded_version_file"]).startswith("/usr/lib/gpu-sim/")
+    # The loaded module's version is volatile like sysfs: the driver package writes it at
+    # install when none is loaded, and every boot writes it from the installed driver.
+    loaded = str(extra["nvidia_driver_loaded_version_file"])
+    assert loaded.startswith("/run/") and loaded.lstrip("/") not in gpu
+    boot = gpu["usr/local/sbin/gpu-sim-boot"][0].decode()
+    assert f"cp /usr/lib/gpu-sim/driver-version {loaded}" in boot
+
+
+def test_every_node_boots_with_its_own_boot_id_and_the_no_return_fault_blocks_sshd() -> None:
+    for group in ("gpu_nodes", "cpu_nodes"):
+        node = files(group, [])
+        unit = node["etc/systemd/system/gpu-sim-boot.service"][0].decode()
+        # Before sshd: Ansible's reboot module reads the boot id over SSH once the node is back.
+        assert re.search(r"^Before=.*\bssh\.service\b", unit, re.M), unit
+        assert node["etc/systemd/system/sysinit.target.wants/gpu-sim-boot.service"] == (
+            b"/etc/systemd/system/gpu-sim-boot.service", -1)
+        script = node["usr/local/sbin/gpu-sim-boot"][0].decode()
+        assert "mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id" in script
+        # Only a node that booted before and carries the fault hangs (not its first boot).
+        assert re.search(r"\[ -e /var/lib/gpu-sim/booted \] && grep -qx reboot-no-return "
+                         r"/etc/gpu-sim/faults", script), script
+        dropin = node["etc/systemd/system/ssh.service.d/gpu-sim-fault.conf"][0].decode()
+        assert "ExecCondition=/bin/sh -c 'test ! -e /run/gpu-sim/no-sshd'" in dropin
 
 
 def test_image_name_follows_the_recipe() -> None:
@@ -159,12 +181,23 @@ def test_faults_are_injected_into_running_nodes_and_healed(
         removals = [a for a, _ in calls if a[0] == "exec"]
         assert [a[:4] for a in removals] == [["exec", n, "sh", "-c"] for n in out]
         for args in removals:
-            assert args[4].split() == ["rm", "-rf", cluster_mod.SIM_IB_SYSFS,
+            node = args[1]
+            removal, *heal = args[4].split(";", 1)
+            # A node without reboot-no-return gets its sshd back if that fault had struck.
+            no_return = "reboot-no-return" in out[node].get("etc/gpu-sim/faults", b"").decode()
+            assert bool(heal) is not no_return, args[4]
+            if heal:
+                assert heal[0].split() == ["if", "[", "-e", "/run/gpu-sim/no-sshd", "];", "then",
+                                           "rm", "-f", "/run/gpu-sim/no-sshd", "&&", "systemctl",
+                                           "start", "ssh.service;", "fi"]
+            assert removal.split() == ["rm", "-rf", cluster_mod.SIM_IB_SYSFS,
                                        f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
                                        f"/usr/src/linux-headers-{newer}",
                                        f"/var/lib/dkms/*/*/{newer}"]
         return out
 
+    no_return = pushed(SimSpec(faults=("sim-gpu-1:reboot-no-return",)))
+    assert no_return["sim-gpu-1"]["etc/gpu-sim/faults"] == b"reboot-no-return\n"
     faulty = pushed(SimSpec(faults=("sim-gpu-2:mlx5_1-down", "sim-gpu-2:gpu3-xid-79")))
     assert set(faulty) == {"sim-gpu-1", "sim-gpu-2"}  # GPU nodes only, every one of them
     assert faulty["sim-gpu-2"]["etc/gpu-sim/faults"] == b"mlx5_1-down\ngpu3-xid-79\n"

@@ -48,6 +48,7 @@ EXAMPLES = {
     "driver-other-version": ("driver-other-version", {}),
     "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
+    "reboot-no-return": ("reboot-no-return", {}),
 }
 
 

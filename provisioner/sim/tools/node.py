@@ -15,6 +15,11 @@ FAULTS_FILE = "/etc/gpu-sim/faults"
 KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
 IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
 DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
+# The version of the NVIDIA module the node's kernel has loaded (what /sys/module/nvidia/version
+# says on a real node): volatile like sysfs, so a reboot loads the installed driver's module.
+# The driver package loads it at install when none is loaded; a driver change on a node whose
+# module is loaded leaves the old one until the next boot (gpu-sim-boot).
+MODULE_VERSION_FILE = "/run/gpu-sim/module/nvidia/version"
 CUDA_VERSION_FILE = "/usr/lib/gpu-sim/cuda-version"
 PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
 # Load the stand-in dcgm-exporter reports: "<gpu index|all> util=95 temp=88 fb_used=70000
