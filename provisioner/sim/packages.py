@@ -83,7 +83,8 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
         })
         return SimPackage(name=name, version=version, files=files,
                           modes={**base.modes, "/usr/bin/nvidia-persistenced": 0o755},
-                          description=f"NVIDIA driver {up} user space (simulated)")
+                          description=f"NVIDIA driver {up} user space (simulated)",
+                          postinst=base.postinst, scripts_on_rpm=base.scripts_on_rpm)
     if component == "driver":
         # The kernel module's DKMS source, registered and built at install for every kernel
         # whose headers are there (as the DKMS helper scripts of Debian's dh_dkms and the

@@ -325,3 +325,27 @@ def test_the_kernel_module_package_registers_with_dkms_on_rpm_too(tmp_path: Path
     assert "/bin/sh" not in requires
     ctk = package_for("container_toolkit", None, "libnvidia-container1", "1.18.0-1", stack)
     assert ctk.prerm is None and not ctk.scripts_on_rpm
+
+
+@pytest.mark.parametrize(("name", "version"), [("cuda-drivers-580", "580.95.05-1"),
+                                               ("nvidia-driver-cuda", "3:580.95.05-1.el9")])
+def test_the_driver_loads_its_module_at_install_only_where_none_is_loaded(
+        tmp_path: Path, name: str, version: str) -> None:
+    """The user-space driver package's install script: a node without an NVIDIA module loads
+    the new one (first use); a node running another driver's module keeps it until a reboot,
+    which is what makes the driver role's reboot necessary on a real node too."""
+    from provisioner.sim.packages import package_for
+
+    pkg = package_for("driver", "open", name, version, {"cuda_version": "13.0"})
+    assert pkg.scripts_on_rpm and pkg.postinst
+    root = tmp_path / "node"
+    (root / "usr/lib/gpu-sim").mkdir(parents=True)
+    (root / "usr/lib/gpu-sim/driver-version").write_text("580.95.05\n")
+    script = pkg.postinst.replace(" /", f" {root}/")  # every absolute path under the node root
+    loaded = root / "run/gpu-sim/module/nvidia/version"
+
+    subprocess.run(["sh", "-ec", script], check=True)
+    assert loaded.read_text() == "580.95.05\n"
+    loaded.write_text("575.57.08\n")  # another driver's module is loaded
+    subprocess.run(["sh", "-ec", script], check=True)
+    assert loaded.read_text() == "575.57.08\n"
