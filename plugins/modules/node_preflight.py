@@ -95,7 +95,11 @@ def read_os_release():
             for line in fh:
                 if "=" in line:
                     key, _sep, value = line.strip().partition("=")
-                    data[key] = value.strip('"')
+                    value = value.strip()
+                    # os-release(5): a value may be in double or in single quotes.
+                    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+                        value = value[1:-1]
+                    data[key] = value
     except OSError:
         pass
     os_id = data.get("ID", "unknown")

@@ -77,7 +77,8 @@ def run(monkeypatch: pytest.MonkeyPatch, node: Node, check_mode: bool = False,
                      supports_check_mode: bool = False) -> None:
             assert not set(params) - set(argument_spec), "unknown option"
             assert all(k in params for k, s in argument_spec.items() if s.get("required"))
-            self.params: dict[str, Any] = {k: s.get("default") for k, s in argument_spec.items()}
+            self.params: dict[str, Any] = {k: s.get("default")
+                                           for k, s in argument_spec.items()}
             self.params.update(params)
             for key, spec in argument_spec.items():
                 if "choices" in spec and isinstance(self.params[key], list):

@@ -108,7 +108,8 @@ def run(monkeypatch: pytest.MonkeyPatch, node: Node, check_mode: bool = False,
                      supports_check_mode: bool = False) -> None:
             assert not set(params) - set(argument_spec), "unknown option"
             assert all(k in params for k, s in argument_spec.items() if s.get("required"))
-            self.params: dict[str, Any] = {k: s.get("default") for k, s in argument_spec.items()}
+            self.params: dict[str, Any] = {k: s.get("default")
+                                           for k, s in argument_spec.items()}
             self.params.update(params)
             assert supports_check_mode or not check_mode
             self.check_mode = check_mode
@@ -304,8 +305,6 @@ def test_a_node_without_os_release_is_unknown_and_fails(monkeypatch: pytest.Monk
     assert by_name(result)["os_supported"]["detail"].startswith("OS unknown unknown")
 
 
-@pytest.mark.xfail(strict=True, reason="read_os_release strips only double quotes; os-release(5) "
-                                       "allows single-quoted values")
 def test_single_quoted_os_release_values_are_unquoted(monkeypatch: pytest.MonkeyPatch,
                                                       node: Node) -> None:
     node.os_release("ID='ubuntu'\nVERSION_ID='24.04'\n")
@@ -490,10 +489,6 @@ def test_without_lspci_no_gpu_is_seen_and_the_source_says_why(
     assert result["failed_checks"] == ["nvidia_pci_devices"]
 
 
-@pytest.mark.xfail(strict=True, reason="with lspci not installed the failing check says "
-                                       "'lspci shows 0 NVIDIA GPU(s) ... check seating, power' "
-                                       "instead of naming the missing tool (pci_source is "
-                                       "ignored by gpucluster.preflight.evaluate)")
 def test_without_lspci_the_failure_names_the_missing_tool(monkeypatch: pytest.MonkeyPatch,
                                                           node: Node) -> None:
     node.tools.discard("lspci")

@@ -135,6 +135,11 @@ def _gpu_checks(facts, policy):
     else:
         ok = len(gpus) == int(expected)
         exp = str(expected)
+    if facts.get("pci_source") == "lspci-missing":
+        out.append(check("nvidia_pci_devices", FAIL, None, exp,
+                         "lspci is not installed (package pciutils): the GPUs on the PCI bus "
+                         "cannot be counted; install it and rerun"))
+        return out
     out.append(check("nvidia_pci_devices", PASS if ok else FAIL, len(gpus), exp,
                      "NVIDIA GPUs on the PCI bus" if ok else
                      "lspci shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
