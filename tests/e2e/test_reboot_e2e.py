@@ -4,8 +4,8 @@ others go on (issue 12, fault 5), on the shared simulated cluster:
 - both GPU nodes run an older NVIDIA module than the installed driver (the driver was changed
   outside a reboot: what a node looks like after a driver upgrade the provisioner did not
   reboot); sim-gpu-2 also has the simulator's `reboot-no-return` fault (it hangs before sshd);
-- `up --reboot --batch-size 1 --reboot-timeout 60 --max-fail 1` reboots sim-gpu-1, waits until
-  it is back, then sim-gpu-2 (never both at once); sim-gpu-2 does not come back within 60 s;
+- `up --reboot --batch-size 1 --reboot-timeout 30 --max-fail 1` reboots sim-gpu-1, waits until
+  it is back, then sim-gpu-2 (never both at once); sim-gpu-2 does not come back within 30 s;
 - the run exits 1, the report names sim-gpu-2 as lost in the stack phase with the role's
   message, sim-gpu-1 passes every later phase with its new boot and the planned module loaded.
 """
@@ -54,7 +54,7 @@ def test_reboots_roll_and_a_node_that_does_not_come_back_is_reported(
             assert podman_exec(node, f"echo 1.0.0 > {MODULE}").returncode == 0
 
         run = cli("up", "--inventory", str(inv), "--reboot", "--batch-size", "1",
-                  "--reboot-timeout", "60", "--max-fail", "1", "--skip-smoke")
+                  "--reboot-timeout", "30", "--max-fail", "1", "--skip-smoke")
         text = run.stdout + run.stderr
         assert run.returncode == 1, text[-4000:]
         report = newest_report(runs_dir)
@@ -63,7 +63,7 @@ def test_reboots_roll_and_a_node_that_does_not_come_back_is_reported(
         lost = report["lost_hosts"]
         assert set(lost) == {LOST}, lost
         assert lost[LOST]["phase"] == "stack", lost
-        assert "did not come back from its reboot within 60 s" in lost[LOST]["message"], lost
+        assert "did not come back from its reboot within 30 s" in lost[LOST]["message"], lost
         assert LOST in text and "did not come back" in text, text[-4000:]
         assert podman_exec(LOST, "systemctl is-active ssh.service").stdout.strip() != "active"
 
