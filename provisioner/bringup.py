@@ -225,6 +225,11 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         extravars["nvidia_driver_reboot_batch"] = options.reboot_batch
     if options.reboot_timeout_s is not None:
         extravars["nvidia_driver_reboot_timeout"] = options.reboot_timeout_s
+    if options.reboot_ok:
+        # The run's --max-fail policy is also how many nodes may fail to come back from a
+        # reboot before the driver role withholds the reboots it has not started yet.
+        extravars["nvidia_driver_reboot_max_lost"] = allowed_losses(options.max_fail,
+                                                                    len(plan.hosts))
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)

@@ -484,7 +484,8 @@ mkdir -p /run/gpu-sim /var/lib/gpu-sim
 # A container shares the host kernel's boot id, which its restart does not change; a reboot
 # must (Ansible's reboot module waits for a new one). The bind mount lives until the next start.
 cat /proc/sys/kernel/random/uuid > /run/gpu-sim/boot_id
-mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id || echo "gpu-sim-boot: no boot id of its own" >&2
+mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id \\
+  || echo "gpu-sim-boot: no boot id of its own" >&2
 # The kernel loads the installed driver's module.
 if [ -s {DRIVER_VERSION_FILE} ]; then
   mkdir -p {MODULE_VERSION_FILE.rsplit("/", 1)[0]}

@@ -115,7 +115,7 @@ def test_every_node_boots_with_its_own_boot_id_and_the_no_return_fault_blocks_ss
         assert node["etc/systemd/system/sysinit.target.wants/gpu-sim-boot.service"] == (
             b"/etc/systemd/system/gpu-sim-boot.service", -1)
         script = node["usr/local/sbin/gpu-sim-boot"][0].decode()
-        assert "mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id" in script
+        assert "mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id \\\n" in script
         # Only a node that booted before and carries the fault hangs (not its first boot).
         assert re.search(r"\[ -e /var/lib/gpu-sim/booted \] && grep -qx reboot-no-return "
                          r"/etc/gpu-sim/faults", script), script
