@@ -233,6 +233,9 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)
+    # Check mode: the nodes an earlier phase would change. Nothing was changed, so validate
+    # would measure them as they are, not as the run would leave them: it skips them.
+    would_change: set[str] = set()
     for index, (name, playbook) in enumerate(phases):
         if name == WHOLE_CLUSTER_FROM:
             retrying = False
@@ -243,6 +246,14 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             # not (on converged nodes it changes nothing).
             base = None
         limit = _limit_without(base, lost)
+        if options.check_mode and name == WHOLE_CLUSTER_FROM and would_change - set(lost):
+            unjudged = sorted(would_change - set(lost))
+            report.notes.append(
+                f"check mode: {name} skips {', '.join(unjudged)}: an earlier phase would change "
+                "them first, so what it measures now is not what the run would leave")
+            if not set(plan.hosts) - set(lost) - set(unjudged):
+                continue  # nobody left to measure (a limit matching no host is an error)
+            limit = _limit_without(limit, dict.fromkeys(unjudged))
         if name == "smoke":
             smoke_options = replace(options, limit=limit)
             if not run_smoke(plan, report, run_dir, inventories, index, smoke_options, display):
@@ -259,6 +270,8 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                                   on_progress=progress)
         checks_before = len(report.checks)
         phase = report.add_phase(name, result)
+        if options.check_mode:
+            would_change.update(host for host, stats in result.stats.items() if stats.changed)
         secure_run_dir(run_dir, report)
         raise_if_cancelled()
         if name == "stack" and not options.check_mode:
