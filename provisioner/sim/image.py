@@ -100,6 +100,8 @@ printf '[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=Tr
   > /etc/dnf/dnf.conf
 printf 'best=True\nskip_if_unavailable=False\n' >> /etc/dnf/dnf.conf
 printf 'Rocky Linux release 9.6 (Blue Onyx)\n' > /etc/rocky-release
+# rocky-gpg-keys' directory (rpm's trusted keys live there; the Rocky key files themselves not).
+mkdir -p /etc/pki/rpm-gpg
 ln -sf rocky-release /etc/redhat-release
 ln -sf rocky-release /etc/system-release
 # Without it Ansible's facts say Debian (pkg_mgr apt) whatever os-release says.

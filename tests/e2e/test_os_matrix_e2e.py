@@ -69,6 +69,35 @@ def ubuntu(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -
     return inv
 
 
+def check_mode_changes_nothing(cli: Cli, inv: Path, runs_dir: Path, probe: str) -> None:
+    """`up --check` on fresh nodes: no phase fails because a package is not installed yet,
+    validate says why it skips them, and the nodes are exactly as before."""
+    before = {node: podman_exec(node, probe).stdout for node in ("sim-gpu-1", "sim-login-1")}
+    out = cli("up", "--inventory", str(inv), "--yes", "--check")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
+    report = newest_report(runs_dir)
+    phases = {p["name"]: p for p in report["phases"]}
+    assert {"preflight", "stack", "fabric", "monitoring"} <= set(phases), list(phases)
+    assert phases["stack"]["changed"] > 0  # it would install the stack...
+    assert "validate" not in phases  # ...so validate has nothing to measure yet, and says so
+    assert any(n.startswith("check mode: validate skips sim-gpu-1, sim-login-1")
+               for n in report["notes"]), report["notes"]
+    assert not report["lost_hosts"]
+    after = {node: podman_exec(node, probe).stdout for node in ("sim-gpu-1", "sim-login-1")}
+    assert after == before
+
+
+# Repositories, pins, the stack's and the day-two packages, what a run would add.
+APT_PROBE = ("ls /etc/apt/sources.list.d /etc/apt/preferences.d /etc/apt/apt.conf.d; "
+             "dpkg-query -W -f='${Package} ${Status}\\n' | grep ' installed$' | sort | md5sum")
+DNF_PROBE = "ls /etc/yum.repos.d /etc/dnf/plugins; rpm -qa | sort | md5sum; dnf -q module list --enabled"
+
+
+def test_check_mode_on_fresh_ubuntu_nodes_fails_nothing_and_changes_nothing(
+        cli: Cli, ubuntu: Path, runs_dir: Path) -> None:
+    check_mode_changes_nothing(cli, ubuntu, runs_dir, APT_PROBE)
+
+
 def test_up_passes_on_ubuntu_2404_with_ubuntu_revisions(cli: Cli, ubuntu: Path, runs_dir: Path,
                                                         tmp_path: Path) -> None:
     out = cli("up", "--inventory", str(ubuntu), "--yes", "--skip-smoke")
@@ -189,3 +218,12 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     assert healed.returncode == 0, healed.stdout[-3000:] + node_diagnostics()
     again = podman_exec("sim-gpu-1", "dnf -q module list --enabled nvidia-driver")
     assert re.search(r"^nvidia-driver\s+\d+-(open|dkms)\s", again.stdout, re.M), again.stdout
+
+
+def test_check_mode_on_fresh_rocky_9_nodes_fails_nothing_and_changes_nothing(
+        cli: Cli, tmp_path: Path, runs_dir: Path) -> None:
+    """The dnf path of check mode (repositories and keys not added, module streams, versionlock)
+    on fresh imitated Rocky 9 nodes: a cluster of its own, in the extended tier."""
+    inv = tmp_path / "inv-rocky9-check"
+    sim_up(cli, "rocky9", inv)
+    check_mode_changes_nothing(cli, inv, runs_dir, DNF_PROBE)
