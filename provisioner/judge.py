@@ -164,6 +164,27 @@ def _driver_kernels(host: str, drv: Section | None, planned: str,
                  f"dkms has the driver's module for all {len(states)} installed kernel(s)")
 
 
+def _kernel_hold(host: str, drv: Section | None) -> Check | None:
+    """nvidia_driver_hold_kernel: every kernel package the role meant to hold is held (apt's
+    showhold, dnf's versionlock list). No check when the option is off."""
+    if not drv or str(drv.get("kernel_hold")).lower() != "true":
+        return None
+    wanted = [str(p) for p in drv.get("kernel_hold_wanted") or []]
+    held = {str(p) for p in drv.get("kernel_held") or []}
+    planned = "held: " + (", ".join(wanted) or "the kernel's packages")
+    if not wanted:
+        return Check(host, "stack", "kernel_held", "fail", "no kernel package found", planned,
+                     "nvidia_driver_hold_kernel is on, but the role found no installed kernel "
+                     "package to hold")
+    missing = [p for p in wanted if p not in held]
+    measured = ", ".join(p for p in wanted if p in held) or "none held"
+    if missing:
+        return Check(host, "stack", "kernel_held", "fail", measured, planned,
+                     f"{', '.join(missing)} not held: an upgrade can bring in another kernel")
+    return Check(host, "stack", "kernel_held", "pass", measured, planned,
+                 f"the kernel is held ({len(wanted)} package(s))")
+
+
 def _nccl_library(host: str, nccl: Section | None) -> Check | None:
     """libnccl.so.X.Y.Z is what programs load; when the role could read it, it must agree with
     nccl.h (a header from one package and a library from another is a broken install)."""
@@ -233,6 +254,7 @@ def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section]
         checks.append(_compare(host, m, measured, planned) if measured
                       else _not_measured(host, m.check, m.section, m.source, planned, completed))
     extra = [_driver_kernels(host, drv, str(stack.driver_version), completed),
+             _kernel_hold(host, drv),
              _nccl_library(host, rep.get("nccl")),
              _nvlsm(host, stack, rep.get("nvidia_fabricmanager"), completed),
              _cdi(host, hp, rep.get("nvidia_container_toolkit"))]

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import tarfile
@@ -39,6 +40,7 @@ from provisioner.sim.faults import (
     validate,
 )
 from provisioner.sim.image import ensure_image
+from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
 from provisioner.sim.tools.node import (
@@ -144,7 +146,7 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
 
 # How nodes are created and booted (restart policy, boot unit): a change recreates a cluster
 # made by an older one instead of reusing it.
-NODE_RUNTIME = 2
+NODE_RUNTIME = 3
 
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
 FAULT_FILES = ("etc/gpu-sim/faults",)
@@ -247,8 +249,52 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
     (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
     _wait_for_ssh(cluster.addresses, say)
+    _install_kernel_packages(spec, kernel, say)
     _write_inventory(cluster, mirror.fingerprint)
     return cluster
+
+
+# The kernel's own packages as a Debian or Ubuntu node has them (the image has none): the running
+# kernel's image and headers and the metapackages that upgrade them (linux-image-amd64 on
+# Debian, linux-image-generic on Ubuntu), so what the roles read and hold through dpkg is there.
+# Empty stand-ins: the files (/boot/vmlinuz-K, the headers) come with sim_files.
+KERNEL_FLAVOUR = {"debian": "amd64", "ubuntu": "generic"}
+
+
+def kernel_packages(os_name: str, kernel: str) -> list[SimPackage]:
+    """The stand-in kernel packages of a Debian-family node (none for an rpm-based one)."""
+    flavour = next((f for prefix, f in KERNEL_FLAVOUR.items() if os_name.startswith(prefix)), None)
+    if flavour is None:
+        return []
+    release = kernel.lower()
+    # A kernel release carries no Debian revision: the stand-ins claim version 1 of it.
+    version = re.sub(r"[^0-9A-Za-z.+~]", ".", release.split("-", 1)[0]) + "-1"
+    what = "SIMULATED stand-in: no kernel inside"
+    return [
+        SimPackage(name=f"linux-image-{release}", version=version, description=what),
+        SimPackage(name=f"linux-headers-{release}", version=version, description=what),
+        SimPackage(name=f"linux-image-{flavour}", version=version, description=what,
+                   depends=(f"linux-image-{release}",)),
+        SimPackage(name=f"linux-headers-{flavour}", version=version, description=what,
+                   depends=(f"linux-headers-{release}",)),
+    ]
+
+
+def _install_kernel_packages(spec: SimSpec, kernel: str, say: Progress) -> None:
+    packages = kernel_packages(spec.os, kernel)
+    if not packages:
+        return
+    debs = build_packages(packages, sim_state_dir() / "kernel-debs" / spec.os)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        _add_dir(tar, "var/cache/gpu-sim/kernel", 0o755)
+        for deb in debs:
+            _add_file(tar, f"var/cache/gpu-sim/kernel/{deb.name}", deb.read_bytes(), 0o644)
+    for name, _group in spec.node_names():
+        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
+        podman.run(["exec", name, "sh", "-c",
+                    "dpkg -i /var/cache/gpu-sim/kernel/*.deb >/dev/null"])
+    say(f"kernel packages installed: {', '.join(p.name for p in packages)}")
 
 
 def _readdress_known_hosts(path: Path, addresses: Mapping[str, str]) -> None:

@@ -39,12 +39,13 @@ PLAYBOOK = f"""\
 pytestmark = pytest.mark.e2e
 
 
-def driver_roles(inventory: Path, plan: Path, tmp: Path) -> subprocess.CompletedProcess[str]:
+def driver_roles(inventory: Path, plan: Path, tmp: Path,
+                 *extra: str) -> subprocess.CompletedProcess[str]:
     book = tmp / "driver.yml"
     book.write_text(PLAYBOOK)
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory / "hosts.yml"),
-         "-i", str(plan), str(book)], capture_output=True, text=True, cwd=ROOT, timeout=1200,
+         "-i", str(plan), *extra, str(book)], capture_output=True, text=True, cwd=ROOT, timeout=1200,
         check=False, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                           "ANSIBLE_FORCE_COLOR": "0"})
 
@@ -98,3 +99,47 @@ def test_a_newer_kernel_gets_the_module_or_a_one_line_failure(
         assert healed.returncode == 0, healed.stderr + healed.stdout
     assert newer not in dkms_status()
     assert podman_exec(NODE, f"test -e /boot/vmlinuz-{newer}").returncode != 0
+
+
+def held() -> set[str]:
+    out = podman_exec(NODE, "apt-mark showhold")
+    assert out.returncode == 0, out.stderr
+    return set(out.stdout.split())
+
+
+def test_the_kernel_is_held_on_request_and_released_without_touching_other_holds(
+        cli: Cli, healthy_cluster: Path, tmp_path: Path) -> None:
+    """nvidia_driver_hold_kernel on a Debian node (the simulator installs stand-ins of the
+    kernel's packages: linux-image-K, linux-headers-K and the -amd64 metapackages): held with
+    it, released without it, an administrator's own hold kept, reruns changing nothing."""
+    inv = healthy_cluster
+    running = podman_exec(NODE, "uname -r").stdout.strip()
+    kernel = {f"linux-image-{running}", f"linux-headers-{running}", "linux-image-amd64",
+              "linux-headers-amd64"}
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
+    # An administrator's own holds: on one of the kernel's packages, and on another package.
+    mine = {"linux-headers-amd64", "openssh-server"}
+    assert podman_exec(NODE, "apt-mark hold " + " ".join(sorted(mine))).returncode == 0
+    try:
+        on = driver_roles(inv, plan, tmp_path, "-e", "nvidia_driver_hold_kernel=true")
+        assert on.returncode == 0, on.stdout[-3000:]
+        assert kernel | mine <= held()
+        record = podman_exec(NODE, "cat /var/lib/gpu-cluster-provisioner/kernel-held").stdout
+        assert set(record.split()) == kernel - mine  # the role's own holds only
+        again = driver_roles(inv, plan, tmp_path, "-e", "nvidia_driver_hold_kernel=true")
+        assert re.search(rf"^{NODE}\s+: ok=\d+\s+changed=0 ", again.stdout, re.M), \
+            again.stdout[-3000:]
+        # A hold the role did not make stays when the option goes off.
+        off = driver_roles(inv, plan, tmp_path)
+        assert off.returncode == 0, off.stdout[-3000:]
+        assert held() & (kernel | mine) == mine
+        assert podman_exec(NODE, "test -e /var/lib/gpu-cluster-provisioner/kernel-held"
+                           ).returncode != 0
+        rerun = driver_roles(inv, plan, tmp_path)
+        assert re.search(rf"^{NODE}\s+: ok=\d+\s+changed=0 ", rerun.stdout, re.M), \
+            rerun.stdout[-3000:]
+    finally:
+        podman_exec(NODE, "apt-mark unhold " + " ".join(sorted(mine)))
+        driver_roles(inv, plan, tmp_path)
+

@@ -160,6 +160,30 @@ def test_driver_kernels_without_a_measurement(cluster_plan: plan_mod.ClusterPlan
     assert by(stack_checks(cluster_plan, reports))[("gpu-a", "driver_kernels")].status == status
 
 
+@pytest.mark.parametrize(("hold", "wanted", "held", "status", "fragment"), [
+    (True, ["linux-image-amd64", "linux-image-6.1.0-18-amd64"],
+     ["linux-image-6.1.0-18-amd64", "linux-image-amd64", "vim"], "pass", "the kernel is held"),
+    (True, ["linux-image-amd64", "linux-image-6.1.0-18-amd64"], ["linux-image-6.1.0-18-amd64"],
+     "fail", "linux-image-amd64 not held"),
+    (True, [], [], "fail", "found no installed kernel package"),
+    ("True", ["kernel-core"], ["kernel-core"], "pass", "1 package"),
+    (False, ["linux-image-amd64"], [], None, ""),   # off: no check at all
+    ("False", [], [], None, ""),
+])
+def test_kernel_held_compares_the_holds_with_what_the_role_meant_to_hold(
+        cluster_plan: plan_mod.ClusterPlan, hold: object, wanted: list[str], held: list[str],
+        status: str | None, fragment: str) -> None:
+    reports = role_reports()
+    drv = reports["gpu-a"]["nvidia_driver"]
+    drv.update(kernel_hold=hold, kernel_hold_wanted=wanted, kernel_held=held)
+    check = by(stack_checks(cluster_plan, reports)).get(("gpu-a", "kernel_held"))
+    if status is None:
+        assert check is None
+        return
+    assert check is not None and check.status == status and fragment in check.detail
+    assert ("gpu-b", "kernel_held") not in by(stack_checks(cluster_plan, reports))
+
+
 def test_nccl_consistency_compares_measured_versions_across_nodes(
         cluster_plan: plan_mod.ClusterPlan) -> None:
     checks = by(stack_checks(cluster_plan, role_reports(nccl_b="2.27.3")))
