@@ -106,12 +106,14 @@ ln -sf rocky-release /etc/redhat-release
 ln -sf rocky-release /etc/system-release
 # Without it Ansible's facts say Debian (pkg_mgr apt) whatever os-release says.
 rm -f /etc/debian_version
-# The OS packages the roles install (the RDMA userspace, python3, ping) come from Rocky's own
+# The OS packages the roles install (the RDMA userspace, python3, ping) and the kernel's own
+# packages (what nvidia_driver_hold_kernel locks) come from Rocky's own
 # repositories, which are not reachable here: Debian's builds are installed (the packages above)
 # and registered in the rpm database under Rocky's package names, so dnf finds them installed.
 # Version 0, release "debian": no Rocky version is claimed.
 mkdir -p /tmp/os-rpms
-for name in rdma-core libibverbs-utils infiniband-diags perftest python3 iputils; do
+for name in rdma-core libibverbs-utils infiniband-diags perftest python3 iputils \
+    kernel kernel-core kernel-modules kernel-modules-core; do
   printf '%s\n' "Name: $name" "Version: 0" "Release: debian" \
     "Summary: SIMULATED stand-in for $name (Debian's build underneath)" \
     "License: LicenseRef-simulated" "BuildArch: x86_64" "AutoReqProv: no" \

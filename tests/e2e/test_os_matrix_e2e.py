@@ -34,12 +34,12 @@ ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook", path=str(Path(sys.executable
 pytestmark = pytest.mark.e2e
 
 
-def stack_playbook(inventory: Path, plan: Path) -> subprocess.CompletedProcess[str]:
+def stack_playbook(inventory: Path, plan: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """Plain `ansible-playbook stack.yml` on sim-gpu-1 with the inventory and a (edited) plan."""
     assert ANSIBLE_PLAYBOOK, "ansible-playbook is not in the virtualenv"
     return subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(inventory / "hosts.yml"), "-i", str(plan),
-         "--limit", "sim-gpu-1", "playbooks/stack.yml"],
+         "--limit", "sim-gpu-1", *extra, "playbooks/stack.yml"],
         cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
 
@@ -227,3 +227,19 @@ def test_check_mode_on_fresh_rocky_9_nodes_fails_nothing_and_changes_nothing(
     inv = tmp_path / "inv-rocky9-check"
     sim_up(cli, "rocky9", inv)
     check_mode_changes_nothing(cli, inv, runs_dir, DNF_PROBE)
+    # Then the stack for real, with nvidia_driver_hold_kernel: dnf version-locks the kernel's
+    # packages; without it the role releases its own locks and leaves the stack's.
+    plan = tmp_path / "plan.yml"
+    assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
+    kernel = {"kernel", "kernel-core", "kernel-modules", "kernel-modules-core"}
+
+    def locked() -> set[str]:
+        out = podman_exec("sim-gpu-1", "dnf -q versionlock list").stdout
+        return {m[1] for m in re.finditer(r"^(\S+?)-\d+:", out, re.M)}
+
+    held = stack_playbook(inv, plan, "-e", "nvidia_driver_hold_kernel=true")
+    assert held.returncode == 0, held.stdout[-3000:] + node_diagnostics()
+    assert kernel <= locked() and "nvidia-driver-cuda" in locked()
+    released = stack_playbook(inv, plan)
+    assert released.returncode == 0, released.stdout[-3000:] + node_diagnostics()
+    assert not kernel & locked() and "nvidia-driver-cuda" in locked()
