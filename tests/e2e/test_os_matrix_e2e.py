@@ -44,8 +44,11 @@ def stack_playbook(inventory: Path, plan: Path, *extra: str) -> subprocess.Compl
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
 
 
-def sim_up(cli: Cli, os_name: str, inv: Path) -> None:
-    out = cli("sim", "up", "--os", os_name, "--nodes", "2", "--inventory-dir", str(inv))
+def sim_up(cli: Cli, os_name: str, inv: Path, *, fresh: bool = False) -> None:
+    """The 2-node cluster of ``os_name``; ``fresh``: new nodes even when a cluster of that
+    shape runs already (an earlier test's, with the stack installed)."""
+    out = cli("sim", "up", "--os", os_name, "--nodes", "2", "--inventory-dir", str(inv),
+              *(["--recreate"] if fresh else []))
     assert out.returncode == 0, out.stderr + out.stdout
 
 
@@ -65,7 +68,7 @@ def driver_pin(plan: Path, host: str, family: str) -> list[dict[str, str]]:
 @pytest.fixture(scope="module")
 def ubuntu(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
     inv = tmp_path_factory.mktemp("inv-ubuntu2404")
-    sim_up(cli, "ubuntu2404", inv)
+    sim_up(cli, "ubuntu2404", inv, fresh=True)  # the first test runs check mode on fresh nodes
     return inv
 
 
@@ -225,7 +228,7 @@ def test_check_mode_on_fresh_rocky_9_nodes_fails_nothing_and_changes_nothing(
     """The dnf path of check mode (repositories and keys not added, module streams, versionlock)
     on fresh imitated Rocky 9 nodes: a cluster of its own, in the extended tier."""
     inv = tmp_path / "inv-rocky9-check"
-    sim_up(cli, "rocky9", inv)
+    sim_up(cli, "rocky9", inv, fresh=True)
     check_mode_changes_nothing(cli, inv, runs_dir, DNF_PROBE)
     # Then the stack for real, with nvidia_driver_hold_kernel: dnf version-locks the kernel's
     # packages; without it the role releases its own locks and leaves the stack's.
