@@ -42,6 +42,8 @@ EXTENDED = (
     "test_smoke_tensorflow_e2e.py",  # 5
     "test_measured_as_defined_e2e.py",  # 8: a Debian 13 cluster
     "test_upgrade_e2e.py",  # 15: two stack changes
+    # 3: nvidia_driver_hold_kernel on, again, off, again (the newer-kernel test stays core)
+    "test_kernel_e2e.py::test_the_kernel_is_held_on_request_and_released_without_touching_other_holds",
     # 8: a fresh Rocky 9 cluster for `up --check` alone (Ubuntu's check runs in the core tier)
     "test_os_matrix_e2e.py::test_check_mode_on_fresh_rocky_9_nodes_fails_nothing_and_changes_nothing",
 )
