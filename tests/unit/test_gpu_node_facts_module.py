@@ -7,40 +7,17 @@ from a ``Node`` that lists the installed tools and what each command line prints
 
 from __future__ import annotations
 
-import atexit
-import importlib.util
-import shutil
-import sys
-import tempfile
 from pathlib import Path, PurePath
 from typing import Any
 
 import pytest
 
+from tests.unit.collection_module import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_module(name: str) -> Any:
-    """Load plugins/modules/<name>.py; its ``ansible_collections.gpucluster.provisioner``
-    imports resolve through a temporary collection link to this checkout."""
-    base = Path(tempfile.mkdtemp(prefix="gpuc-collection-"))
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
-    link = base / "ansible_collections" / "gpucluster" / "provisioner"
-    link.parent.mkdir(parents=True)
-    link.symlink_to(ROOT, target_is_directory=True)
-    sys.path.insert(0, str(base))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "modules"
-                                                      / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(base))
-    return module
-
-
-gnf: Any = _load_module("gpu_node_facts")
+gnf: Any = load_module("gpu_node_facts")
 
 Reply = tuple[int, str, str]
 

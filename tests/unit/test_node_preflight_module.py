@@ -8,42 +8,19 @@ Only the boundaries are replaced: AnsibleModule (params, get_bin_path, run_comma
 
 from __future__ import annotations
 
-import atexit
 import builtins
-import importlib.util
-import shutil
-import sys
-import tempfile
 from pathlib import Path, PurePath
 from types import SimpleNamespace
 from typing import IO, Any
 
 import pytest
 
+from tests.unit.collection_module import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_module(name: str) -> Any:
-    """Load plugins/modules/<name>.py; its ``ansible_collections.gpucluster.provisioner``
-    imports resolve through a temporary collection link to this checkout."""
-    base = Path(tempfile.mkdtemp(prefix="gpuc-collection-"))
-    atexit.register(shutil.rmtree, base, ignore_errors=True)
-    link = base / "ansible_collections" / "gpucluster" / "provisioner"
-    link.parent.mkdir(parents=True)
-    link.symlink_to(ROOT, target_is_directory=True)
-    sys.path.insert(0, str(base))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "plugins" / "modules"
-                                                      / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(base))
-    return module
-
-
-npf: Any = _load_module("node_preflight")
+npf: Any = load_module("node_preflight")
 
 Reply = tuple[int, str, str]
 KERNEL = "6.1.0-18-amd64"
