@@ -17,6 +17,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,9 +145,9 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
     return stopped
 
 
-# How nodes are created and booted (restart policy, boot unit): a change recreates a cluster
-# made by an older one instead of reusing it.
-NODE_RUNTIME = 3
+# How nodes are created and booted (restart policy, boot unit, machine id): a change recreates
+# a cluster made by an older one instead of reusing it.
+NODE_RUNTIME = 4
 
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
 FAULT_FILES = ("etc/gpu-sim/faults",)
@@ -381,6 +382,13 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
         _add_file(tar, "home/ops/.ssh/authorized_keys", authorized, 0o600, OPS_UID)
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key", priv, 0o600)
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key.pub", (pub + "\n").encode(), 0o644)
+        # Its own machine id, as every installed machine has: the image's would be shared by
+        # every node, and systemd-udevd derives a rebooted node's MAC address from it
+        # (MACAddressPolicy=persistent), so two rebooted nodes answered ARP for each other and
+        # new connections to them stalled for seconds to a minute.
+        machine_id = (uuid.uuid4().hex + "\n").encode()
+        _add_file(tar, "etc/machine-id", machine_id, 0o444)
+        _add_file(tar, "var/lib/dbus/machine-id", machine_id, 0o644)
         for path, data, mode in sim_files(group, dict(profile_json, hostname=name),
                                           for_node(name, spec.faults), kernel):
             if data is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import newest_report, podman_exec
+from tests.e2e.conftest import SIM_NODES, newest_report, podman_exec
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 BACK, LOST = "sim-gpu-1", "sim-gpu-2"
@@ -91,3 +91,8 @@ def test_reboots_roll_and_a_node_that_does_not_come_back_is_reported(
     # Healed: its sshd is up again and it runs the installed driver's module (its boot loaded it).
     assert podman_exec(LOST, "systemctl is-active ssh.service").stdout.strip() == "active"
     assert podman_exec(LOST, f"cat {MODULE}").stdout.strip() == installed
+    # Every node still has its own link-layer address after the reboots: nodes that shared one
+    # (udev derives it from the machine id) stalled every new connection in the tests after.
+    macs = {node: podman_exec(node, "cat /sys/class/net/eth0/address").stdout.strip()
+            for node in SIM_NODES}
+    assert all(macs.values()) and len(set(macs.values())) == len(macs), macs

@@ -273,3 +273,26 @@ def test_fixed_addresses_refuse_a_network_too_small(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cluster_mod.podman, "inspect", lambda kind, name: None)
     with pytest.raises(cluster_mod.EnvironmentProblem, match="no IPv4 subnet"):
         cluster_mod._fixed_addresses(["a"])
+
+
+def _payload_files(name: str, group: str, client_key: Path) -> dict[str, bytes]:
+    _pub, payload = cluster_mod._node_payload(name, group, client_key, "6.1.0-test", PROFILE,
+                                              SimSpec(gpu_nodes=2, cpu_nodes=1))
+    with tarfile.open(fileobj=io.BytesIO(payload)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_every_node_gets_its_own_machine_id(tmp_path: Path) -> None:
+    # A rebooted node's udev derives its MAC address from the machine id: nodes sharing the
+    # image's id ended up with one MAC between them and stalled every new SSH connection.
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    ids = []
+    for name, group in (("sim-gpu-1", "gpu_nodes"), ("sim-gpu-2", "gpu_nodes"),
+                        ("sim-login-1", "cpu_nodes")):
+        got = _payload_files(name, group, key)
+        machine_id = got["etc/machine-id"].decode()
+        assert re.fullmatch(r"[0-9a-f]{32}\n", machine_id), machine_id
+        assert got["var/lib/dbus/machine-id"].decode() == machine_id
+        ids.append(machine_id)
+    assert len(set(ids)) == 3, ids

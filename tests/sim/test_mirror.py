@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +56,15 @@ def packages(nccl_version: str = "2.21.5-1+cuda12.4") -> list[SimPackage]:
             description="NVIDIA CUDA repository keyring",
         ),
     ]
+
+
+@pytest.fixture
+def key_dir() -> Iterator[Path]:
+    """A short directory for a signing key: gpg-agent's socket path must stay under about 100
+    characters, which pytest's tmp_path under a parallel worker (`popen-gw0/...`) can pass."""
+    path = Path(tempfile.mkdtemp(prefix="gpuc-key-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +222,8 @@ def test_flat_repo_is_signed_and_indexed(tmp_path: Path, key: SigningKey) -> Non
                           check=False).returncode == 0
 
 
-def test_tampering_breaks_the_signatures(tmp_path: Path, key: SigningKey) -> None:
+def test_tampering_breaks_the_signatures(tmp_path: Path, key: SigningKey,
+                                        key_dir: Path) -> None:
     repo = tmp_path / "repo"
     build_flat_repo(build_packages(packages(), tmp_path / "debs"), repo, key)
     inrelease = (repo / "InRelease").read_text()
@@ -224,7 +236,7 @@ def test_tampering_breaks_the_signatures(tmp_path: Path, key: SigningKey) -> Non
     release = (repo / "Release").read_text()
     (repo / "Release").write_text(release.replace(real, forged))
     assert gpgv(key, repo / "Release.gpg", repo / "Release").returncode != 0
-    other_key = ensure_signing_key(tmp_path / "other-keys")
+    other_key = ensure_signing_key(key_dir / "other-keys")
     assert gpgv(other_key, repo / "Release.gpg", repo / "Release").returncode != 0
     # The next build repairs the forged files.
     build_flat_repo(build_packages(packages(), tmp_path / "debs"), repo, key)
@@ -256,13 +268,13 @@ def test_repo_follows_a_version_change(tmp_path: Path, key: SigningKey) -> None:
     assert gpgv(key, repo / "InRelease").returncode == 0
 
 
-def test_signing_key_is_generated_once(tmp_path: Path) -> None:
-    first = ensure_signing_key(tmp_path / "keys")
+def test_signing_key_is_generated_once(key_dir: Path) -> None:
+    first = ensure_signing_key(key_dir / "keys")
     assert re.fullmatch(r"[0-9A-F]{40}", first.fingerprint)
     assert first.keyring.read_bytes()[:1] != b"-"  # binary, as signed-by wants
     assert first.armored.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     os.utime(first.keyring, (OLD, OLD))
-    again = ensure_signing_key(tmp_path / "keys")
+    again = ensure_signing_key(key_dir / "keys")
     assert again == first
     assert first.keyring.stat().st_mtime == OLD
     assert oct(first.gnupghome.stat().st_mode & 0o777) == "0o700"
