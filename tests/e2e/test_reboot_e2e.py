@@ -82,6 +82,11 @@ def test_reboots_roll_and_a_node_that_does_not_come_back_is_reported(
         failed = [c for c in report["checks"] if c["host"] == BACK and c["status"] == "fail"]
         assert not failed, failed
 
+        # Slurm still knows the lost node: a run that misses a planned compute node keeps its
+        # slurm.conf line (dropping it would take it out of Slurm and restart every daemon).
+        conf = podman_exec("sim-login-1", "cat /etc/slurm/slurm.conf").stdout
+        assert f"NodeName={LOST} " in conf and f"NodeName={BACK} " in conf, conf
+
         # One at a time: sim-gpu-2 went down only after sim-gpu-1 was back (its sshd answered).
         back_at, lost_at = started_at(BACK), started_at(LOST)
         assert before[BACK][1] < back_at < lost_at, (before, back_at, lost_at)
