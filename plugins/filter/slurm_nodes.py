@@ -13,8 +13,8 @@ DOCUMENTATION = r"""
 name: slurm_nodes
 short_description: Compute node records for slurm.conf, keeping planned nodes this run missed
 description:
-  - A run that does not reach every compute node (a node lost during C(up), C(--limit), a batch
-    of a rolling upgrade) describes only the nodes it reached. Writing slurm.conf from those
+  - A run that does not reach every compute node (a node lost during C(up), a run with
+    C(--limit)) describes only the nodes it reached. Writing slurm.conf from those
     alone would drop the others from Slurm and restart every daemon twice (out, then back in).
   - This filter returns the records of this run plus, for each planned compute node this run
     did not describe, its C(NodeName) line from the controller's current slurm.conf, unchanged.
