@@ -383,9 +383,10 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key", priv, 0o600)
         _add_file(tar, "etc/ssh/ssh_host_ed25519_key.pub", (pub + "\n").encode(), 0o644)
         # Its own machine id, as every installed machine has: the image's would be shared by
-        # every node, and systemd-udevd derives a rebooted node's MAC address from it
-        # (MACAddressPolicy=persistent), so two rebooted nodes answered ARP for each other and
-        # new connections to them stalled for seconds to a minute.
+        # every node, and systemd-udevd derives the node's MAC address from it
+        # (MACAddressPolicy=persistent; seen after a reboot on Debian nodes, from the first boot
+        # on the imitated Rocky ones), so nodes answered ARP for each other and new
+        # connections to them stalled for seconds to a minute.
         machine_id = (uuid.uuid4().hex + "\n").encode()
         _add_file(tar, "etc/machine-id", machine_id, 0o444)
         _add_file(tar, "var/lib/dbus/machine-id", machine_id, 0o644)
