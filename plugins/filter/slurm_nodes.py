@@ -58,21 +58,29 @@ _value:
 """
 
 
+def _lines(text: str, keyword: str) -> list[dict[str, str]]:
+    """The ``keyword=...`` lines of a slurm.conf as {lowercased key: value}; a line that does not
+    split (bad quoting) is left out."""
+    out: list[dict[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line.lower().startswith(keyword + "="):
+            continue
+        try:
+            items = shlex.split(line)
+        except ValueError:
+            continue
+        out.append({key.lower(): value for key, value in
+                    (item.split("=", 1) for item in items if "=" in item)})
+    return out
+
+
 def parse_node_lines(text: str) -> dict[str, dict[str, Any]]:
     """``NodeName=`` lines of a slurm.conf: name -> record (one node per line, as ours are)."""
     out: dict[str, dict[str, Any]] = {}
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line.lower().startswith("nodename="):
-            continue
-        try:
-            fields = dict(item.split("=", 1) for item in shlex.split(line) if "=" in item)
-        except ValueError:
-            continue
-        fields = {key.lower(): value for key, value in fields.items()}
+    for fields in _lines(text, "nodename"):
         name = fields.get("nodename", "")
-        gres = fields.get("gres", "")
-        parts = gres.split(":")
+        parts = fields.get("gres", "").split(":")
         if not name or name.upper() == "DEFAULT" or "," in name or "[" in name:
             continue
         if len(parts) != 3 or parts[0] != "gpu" or not parts[2].isdigit():
@@ -89,15 +97,7 @@ def parse_node_lines(text: str) -> dict[str, dict[str, Any]]:
 def parse_partitions(text: str) -> dict[str, str]:
     """Node name -> the first partition that is not the default one listing it."""
     out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line.lower().startswith("partitionname="):
-            continue
-        try:
-            fields = {k.lower(): v for k, v in
-                      (item.split("=", 1) for item in shlex.split(line) if "=" in item)}
-        except ValueError:
-            continue
+    for fields in _lines(text, "partitionname"):
         if fields.get("default", "").upper() == "YES":
             continue
         for node in fields.get("nodes", "").split(","):

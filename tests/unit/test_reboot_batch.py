@@ -14,12 +14,10 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from provisioner import bringup
+from tests.unit.collection_module import load_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpuc_batch_filter", ROOT / "plugins/filter/batch.py")
-assert _spec and _spec.loader
-batch = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(batch)
+batch = load_plugin("filter", "batch")
 
 
 @pytest.mark.parametrize(("size", "total", "count"), [

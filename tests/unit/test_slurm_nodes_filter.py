@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("slurm_nodes_filter",
-                                               ROOT / "plugins/filter/slurm_nodes.py")
-assert _spec and _spec.loader
-mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mod)
+from tests.unit.collection_module import load_plugin
+
+mod = load_plugin("filter", "slurm_nodes")
 
 CURRENT = """\
 ClusterName=gpuc
