@@ -31,11 +31,13 @@ from provisioner.sim import podman
 from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import (
     KERNEL_FILES,
+    MIRROR_FAULTS,
     fault_file_text,
     for_node,
     has_fault,
     kernel_files,
     kernel_log,
+    mirror_fault_text,
     newer_kernel,
     parse_faults,
     validate,
@@ -44,6 +46,7 @@ from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs
+from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
     DRIVER_VERSION_FILE,
     FAULTS_FILE,
@@ -112,6 +115,24 @@ def mirror_dir() -> Path:
     return path
 
 
+def mirror_fault_dir() -> Path:
+    """The controller's side of the mirror container's fault directory (MIRROR_FAULTS)."""
+    path = sim_state_dir() / "mirror-faults"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def apply_mirror_faults(spec: SimSpec, say: Progress) -> None:
+    """Give the package mirror exactly the mirror faults of ``spec`` (none heals it). Written
+    in place: the container sees the directory through a bind mount."""
+    text = mirror_fault_text(spec.faults)
+    path = mirror_fault_dir() / Path(MIRROR_FAULTS).name
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+        if text or spec.faults:
+            say(f"{MIRROR}: faults now {', '.join(text.splitlines()) or 'none'}")
+
+
 def clear_stale(progress: Progress | None = None) -> int:
     """Remove every container and network of ours (label-selected) from earlier runs."""
     names = podman.list_ids("container", SCOPE)
@@ -145,9 +166,9 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
     return stopped
 
 
-# How nodes are created and booted (restart policy, boot unit, machine id): a change recreates
-# a cluster made by an older one instead of reusing it.
-NODE_RUNTIME = 4
+# How nodes and the mirror are created and booted (restart policy, boot unit, machine id, the
+# mirror's server): a change recreates a cluster made by an older one instead of reusing it.
+NODE_RUNTIME = 5
 
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
 FAULT_FILES = ("etc/gpu-sim/faults",)
@@ -218,6 +239,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
         if stopped:
             _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
         apply_faults(spec, profile_json, say)
+        apply_mirror_faults(spec, say)
         mirror = _build_mirror(spec)  # cheap when nothing changed; picks up stacks.yml edits
         _write_inventory(cluster, mirror.fingerprint)
         say("reusing the running simulated cluster (same nodes, profile and OS)")
@@ -231,6 +253,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     kernel = os.uname().release
     mirror = _build_mirror(spec)
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
+    apply_mirror_faults(spec, say)
     _start_mirror(spec, image.name, fixed[MIRROR])
     known_hosts: list[tuple[str, str]] = []
     for name, group in spec.node_names():
@@ -352,8 +375,11 @@ def _start_mirror(spec: SimSpec, image: str, address: str) -> None:
         "This mirror holds SIMULATED NVIDIA packages built by gpu-cluster-provisioner.\n")
     podman.run(["run", "-d", "--name", MIRROR, "--hostname", MIRROR, "--network", NETWORK,
                 "--ip", address, *_labels(spec), "--volume", f"{root}:/srv/mirror:ro",
-                "--entrypoint", "/usr/bin/python3", image,
-                "-m", "http.server", str(MIRROR_PORT), "--directory", "/srv/mirror"])
+                "--volume", f"{mirror_fault_dir()}:{Path(MIRROR_FAULTS).parent}:ro",
+                "--volume", f"{Path(mirror_server.__file__)}:/opt/gpu-sim/mirror_server.py:ro",
+                "--entrypoint", "/usr/bin/python3", image, "/opt/gpu-sim/mirror_server.py",
+                "--port", str(MIRROR_PORT), "--directory", "/srv/mirror",
+                "--faults", MIRROR_FAULTS])
 
 
 def _ensure_client_key(keydir: Path) -> Path:

@@ -31,7 +31,10 @@ from typing import Any, Literal
 from provisioner.errors import InputError
 from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, gpu_bus
 
-Target = Literal["gpu", "hca", "node"]
+Target = Literal["gpu", "hca", "node", "mirror"]
+# The package mirror's fault file, on the controller under the simulation's state directory,
+# mounted read-only into the mirror's container at MIRROR_FAULTS (tools/mirror_server.py).
+MIRROR_FAULTS = "/etc/gpu-sim-mirror/faults"
 # What the kernel faults put on the node (K2: newer_kernel of the running one), and what a node
 # without them must not have.
 KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K2")
@@ -91,6 +94,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("kernel-newer-no-headers", "kernel-newer-no-headers", r"kernel-newer-no-headers",
               "node", "a newer kernel is installed (not booted) without its headers, which no "
               "repository offers", KERNEL_FILES, ("dkms",)),
+    # The cluster's, not a node's: an overloaded mirror or caching proxy. The count is per file,
+    # so a client that retries gets the file on try N+1; a large N is a mirror that stays down.
+    FaultKind("mirror-503", "mirror-503xN", r"mirror-503x(?P<count>\d+)", "mirror",
+              "the package mirror answers 503 Service Unavailable to the first N requests for "
+              "each package file (.deb, .rpm); indexes are served", (MIRROR_FAULTS,),
+              ("the package mirror",)),
 )
 
 
@@ -104,6 +113,7 @@ class Fault:
     link: int | None = None
     hca: int | None = None
     xid: int | None = None
+    count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -275,6 +285,10 @@ def validate(raw: Iterable[str], profile: Mapping[str, Any], gpu_nodes: Sequence
     specs = []
     for text in raw:
         spec = parse_spec(text)
+        if spec.node is not None and spec.fault.kind.target == "mirror":
+            raise InputError(f"sim up: fault {text!r}: {spec.fault.kind.template} is the package "
+                             f"mirror's, not a node's: give it without a node "
+                             f"(--fault {spec.fault.text})")
         if spec.node is not None and spec.node not in gpu_nodes:
             what = ("is not a GPU node" if spec.node in other_nodes
                     else "is not a node of this cluster")
@@ -288,18 +302,31 @@ def validate(raw: Iterable[str], profile: Mapping[str, Any], gpu_nodes: Sequence
 def for_node(node: str, raw: Iterable[str]) -> list[str]:
     """The faults of one node (its ``/etc/gpu-sim/faults`` lines) among ``--fault`` values."""
     specs = [parse_spec(text) for text in raw]
-    return [spec.fault.text for spec in specs if spec.node in (None, node)]
+    return [spec.fault.text for spec in specs
+            if spec.node in (None, node) and spec.fault.kind.target != "mirror"]
+
+
+def mirror_fault_text(raw: Iterable[str]) -> str:
+    """The package mirror's fault file (MIRROR_FAULTS) for ``--fault`` values: one
+    ``STATUS COUNT`` line per mirror fault (``503 2``), empty when there is none."""
+    lines = []
+    for spec in (parse_spec(text) for text in raw):
+        if spec.fault.kind.key == "mirror-503":
+            lines.append(f"503 {spec.fault.count}\n")
+    return "".join(lines)
 
 
 def help_text(width: int = 79) -> str:
     """The fault list of ``provisioner sim up --help``, wrapped at ``width`` columns."""
     column = max(len(kind.template) for kind in FAULT_KINDS) + 4
     lines = textwrap.wrap("faults (--fault FAULT: on every GPU node; --fault NODE:FAULT: on one, "
-                          "e.g. sim-gpu-2:gpu3-nvlink-down):", width, break_on_hyphens=False)
+                          "e.g. sim-gpu-2:gpu3-nvlink-down; mirror-* ones are the package "
+                          "mirror's):", width, break_on_hyphens=False)
     for kind in FAULT_KINDS:
         lines += textwrap.wrap(kind.description, width, initial_indent=f"  {kind.template}".ljust(
             column), subsequent_indent=" " * column)
-    lines += textwrap.wrap("N and K count from 0 within the profile (GPU, HCA, NVLink); NN is "
-                           "an Xid code. Header mismatches (nccl.h, cudnn_version*.h) are no "
+    lines += textwrap.wrap("N and K count from 0 within the profile (GPU, HCA, NVLink), except "
+                           "in mirror-503xN, a number of requests; NN is an Xid code. Header "
+                           "mismatches (nccl.h, cudnn_version*.h) are no "
                            "fault: edit the installed header on a running node.", width)
     return "\n".join(lines) + "\n"

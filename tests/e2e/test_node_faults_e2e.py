@@ -6,12 +6,15 @@
 - Another process (unattended-upgrades right after boot, on a real fleet) holds dpkg's frontend
   lock while `up` has a package to install: the install waits for the lock (DPkg::Lock::Timeout
   in pinned_packages, the apt module's lock_timeout) instead of failing at once.
+- The package mirror answers 503 (`mirror-503xN`): twice per file, the download is retried and
+  succeeds; for good, the run fails with apt's line naming the package and the 503.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -50,21 +53,53 @@ def node_sh(script: str, *, detach: bool = False) -> str:
     return out.stdout
 
 
-def test_a_held_dpkg_lock_is_waited_for(cli: Cli, healthy_cluster: Path, runs_dir: Path) -> None:
-    # A package of the stack is missing, so `up` has something to install on this node.
+def mirror_log() -> list[tuple[str, int]]:
+    """(path, status) of every request the simulated package mirror has answered."""
+    out = subprocess.run([shutil.which("podman") or "podman", "logs", "gpuc-sim-mirror"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    return [(m[1], int(m[2])) for m in
+            re.finditer(r'"GET (\S+) HTTP/[\d.]+" (\d{3})', out.stdout + out.stderr)]
+
+
+def test_a_held_dpkg_lock_and_a_flaky_mirror_are_waited_for(cli: Cli, healthy_cluster: Path,
+                                                            runs_dir: Path) -> None:
+    # A package of the stack is missing, so `up` has something to download and install here.
+    # Not in apt's archive cache either (the first `up` left it there), so it is downloaded.
     node_sh("apt-mark unhold libnccl-dev >/dev/null && DEBIAN_FRONTEND=noninteractive "
-            "apt-get remove -y -q libnccl-dev >/dev/null && rm -f /run/gpuc-e2e-lock-*")
-    node_sh(f"exec python3 -c \"{HOLDER}\"", detach=True)
-    deadline = time.monotonic() + 30
-    while "held" not in node_sh("test -e /run/gpuc-e2e-lock-held && echo held || true"):
-        assert time.monotonic() < deadline, "the lock holder did not start"
-        time.sleep(0.5)
-    out = cli("up", "--inventory", str(healthy_cluster), "--yes", "--skip-smoke",
-              "--limit", NODE)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+            "apt-get remove -y -q libnccl-dev >/dev/null && rm -f /run/gpuc-e2e-lock-* "
+            "/var/cache/apt/archives/libnccl-dev_*.deb")
+    sim = ("sim", "up", "--nodes", "3", "--inventory-dir", str(healthy_cluster))
+    try:
+        # A mirror that stays down: the install is tried 4 times (backoff) and fails with apt's
+        # meaningful line (the 503 of the package), not its last one.
+        assert cli(*sim, "--fault", "mirror-503x99").returncode == 0
+        out = cli("up", "--inventory", str(healthy_cluster), "--yes", "--skip-smoke",
+                  "--limit", NODE)
+        assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+        lost = newest_report(runs_dir)["lost_hosts"][NODE]
+        assert (lost["phase"], lost["reason"]) == ("stack", "failed"), lost
+        assert re.search(r"failed \(after 4 tries\): E: Failed to fetch \S+/libnccl-dev_\S+\.deb"
+                         r"\s+503\s+Service Unavailable", lost["message"]), lost["message"]
+
+        # An overloaded mirror (two 503s for each package file) and dpkg's lock held by
+        # another process: the install waits for the lock, retries the download and succeeds.
+        assert cli(*sim, "--fault", "mirror-503x2").returncode == 0
+        node_sh(f"exec python3 -c \"{HOLDER}\"", detach=True)
+        deadline = time.monotonic() + 30
+        while "held" not in node_sh("test -e /run/gpuc-e2e-lock-held && echo held || true"):
+            assert time.monotonic() < deadline, "the lock holder did not start"
+            time.sleep(0.5)
+        seen = len(mirror_log())
+        out = cli("up", "--inventory", str(healthy_cluster), "--yes", "--skip-smoke",
+                  "--limit", NODE)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    finally:
+        assert cli(*sim).returncode == 0  # heals the mirror
     released = float(node_sh("cat /run/gpuc-e2e-lock-released"))
     installed = float(node_sh("stat -c %Y /var/lib/dpkg/info/libnccl-dev.list"))
     assert installed >= int(released), (installed, released)
+    statuses = [status for path, status in mirror_log()[seen:] if "/libnccl-dev_" in path]
+    assert statuses == [503, 503, 200], statuses
     report = newest_report(runs_dir)
     stack = next(p for p in report["phases"] if p["name"] == "stack")
     assert stack["ok"] and stack["changed"] >= 1

@@ -49,6 +49,7 @@ EXAMPLES = {
     "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
+    "mirror-503x2": ("mirror-503", {"count": 2}),
 }
 
 
@@ -70,7 +71,7 @@ def test_every_kind_has_an_example_and_the_examples_parse_to_it() -> None:
         fault = parse_fault(text)
         assert fault is not None, text
         assert fault.kind.key == key and fault.text == text
-        got = {name: getattr(fault, name) for name in ("gpu", "link", "hca", "xid")}
+        got = {name: getattr(fault, name) for name in ("gpu", "link", "hca", "xid", "count")}
         assert got == {name: numbers.get(name) for name in got}, text
 
 
@@ -244,3 +245,17 @@ def test_sim_up_help_lists_the_registry() -> None:
 def test_the_readme_names_every_fault() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert [kind.template for kind in FAULT_KINDS if f"`{kind.template}`" not in readme] == []
+
+
+def test_the_mirror_fault_is_the_clusters_not_a_nodes() -> None:
+    fault = parse_fault("mirror-503x2")
+    assert fault is not None and fault.kind.target == "mirror" and fault.count == 2
+    raw = [spec.text for spec in validate(["mirror-503x2", "gpu3-nvlink-down"], H100, GPU_NODES)]
+    # No node gets it in its fault file; the mirror's file gets one STATUS COUNT line.
+    assert for_node("sim-gpu-1", raw) == ["gpu3-nvlink-down"]
+    assert faults.mirror_fault_text(raw) == "503 2\n"
+    assert faults.mirror_fault_text(["gpu3-nvlink-down"]) == ""
+    with pytest.raises(InputError, match=re.escape(
+            "mirror-503xN is the package mirror's, not a node's: give it without a node "
+            "(--fault mirror-503x2)")):
+        validate(["sim-gpu-1:mirror-503x2"], H100, GPU_NODES)
