@@ -23,9 +23,11 @@ Section = Mapping[str, Any]
 
 def upstream(version: str) -> str:
     """A package version without epoch and packaging revision, as the software itself reports
-    it: '2.21.5-1+cuda12.4' -> '2.21.5', '1:3.3.6-1' -> '3.3.6', '550.54.15' unchanged."""
+    it: '2.21.5-1+cuda12.4' -> '2.21.5', '1:3.3.6-1' -> '3.3.6', '550.54.15' unchanged. As
+    Debian policy (deb-version(7)) and rpm split them: the epoch ends at the first colon, the
+    revision starts at the last hyphen ('1:2.3-rc1-1' -> '2.3-rc1')."""
     bare = version.split(":", 1)[-1]
-    return bare.split("-", 1)[0]
+    return bare.rsplit("-", 1)[0]
 
 
 def first_three(version: str) -> str:

@@ -4,6 +4,8 @@ mirror-503xN fault counted per package file."""
 
 from __future__ import annotations
 
+import functools
+import http.server
 import threading
 import urllib.error
 import urllib.request
@@ -16,17 +18,18 @@ from provisioner.sim.tools import mirror_server
 
 
 @pytest.fixture
-def mirror(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Path]]:
     root = tmp_path / "mirror"
     (root / "pool").mkdir(parents=True)
     (root / "pool" / "libnccl2_2.27.7-1_amd64.deb").write_bytes(b"deb bytes")
     (root / "pool" / "cuda-12-8.rpm").write_bytes(b"rpm bytes")
     (root / "Packages").write_text("Package: libnccl2\n")
     faults = tmp_path / "faults"
-    handler = mirror_server.functools.partial(mirror_server.Handler, directory=str(root))
-    mirror_server.Handler.faults = mirror_server.FaultState(faults)
-    mirror_server.Handler.log_message = lambda *_args: None  # type: ignore[method-assign]
-    server = mirror_server.http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler = functools.partial(mirror_server.Handler, directory=str(root))
+    monkeypatch.setattr(mirror_server.Handler, "faults", mirror_server.FaultState(faults),
+                        raising=False)
+    monkeypatch.setattr(mirror_server.Handler, "log_message", lambda *_args: None)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
