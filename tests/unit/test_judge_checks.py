@@ -77,9 +77,13 @@ def test_a_missing_driver_section_fails_after_the_phase_and_skips_before(
     del reports["gpu-b"]["nvidia_driver"]
     checks = judge(two, reports, completed=completed)
     assert fields(checks[("gpu-b", "driver_loaded")]) == (status, None, DRIVER, detail)
-    kernels = checks[("gpu-b", "driver_kernels")]
-    assert (kernels.status, kernels.measured, kernels.expected) == (status, None, KERNELS_WANT)
-    assert "dkms status" in kernels.detail or "stopped before" in kernels.detail
+    kernels_detail = (detail.replace("the loaded kernel module", "dkms status") if completed
+                      else detail)
+    assert fields(checks[("gpu-b", "driver_kernels")]) == (
+        status, None, KERNELS_WANT, kernels_detail)
+    # Every other check of the host is still there, each saying what it could not measure.
+    cudnn = checks[("gpu-b", "cudnn")]
+    assert (cudnn.status, cudnn.measured, cudnn.expected) == ("pass", "9.13.0", "9.13.0")
     assert checks[("gpu-a", "driver_loaded")].status == "pass"
 
 
@@ -96,6 +100,24 @@ def test_a_driver_waiting_for_a_reboot_fails_driver_loaded_and_skips_nvidia_smi(
     assert fields(checks[("gpu-b", "driver")]) == (
         "skip", None, DRIVER, "not measured: nvidia-smi cannot talk to a driver that is "
                               "installed but not loaded (see driver_loaded)")
+    # The checks after the skipped one are all there.
+    assert {name for host, name in checks if host == "gpu-b"} >= {
+        "fabricmanager", "nvcc_release", "cuda_toolkit", "cudnn", "nccl", "container_toolkit",
+        "dcgm"}
+
+
+@pytest.mark.parametrize(("completed", "status", "detail"), [
+    (True, "fail", "the cudnn role published no measurement of the cuDNN version header (was "
+                   "its verify step skipped?)"),
+    (False, "skip", "not measured: the stack phase stopped before the cudnn role verified this "
+                    "host (see the phase failures)"),
+])
+def test_a_missing_measurement_names_its_role_and_source(
+        two: plan_mod.ClusterPlan, completed: bool, status: str, detail: str) -> None:
+    reports = role_reports()
+    del reports["gpu-b"]["cudnn"]["version"]
+    checks = judge(two, reports, completed=completed)
+    assert fields(checks[("gpu-b", "cudnn")]) == (status, None, "9.13.0", detail)
 
 
 def test_an_unreadable_loaded_module_fails_and_says_so(two: plan_mod.ClusterPlan) -> None:
@@ -125,17 +147,25 @@ def test_kernels_older_newer_unchecked_and_unlisted(two: plan_mod.ClusterPlan) -
     drv_a.update(kernels={"5.10.0-1-amd64": "missing", "6.1.0-18-amd64": "installed"},
                  kernels_required=["6.1.0-18-amd64"])
     # gpu-b: no list of required kernels: every kernel must have the module.
-    drv_b.update(kernels={"5.10.0-1-amd64": "built", "6.1.0-18-amd64": "installed"},
-                 kernels_required=[])
+    drv_b.update(kernels={"5.10.0-1-amd64": "built", "6.1.0-18-amd64": "installed",
+                          "6.1.0-9-amd64": "missing"}, kernels_required=[])
     checks = judge(two, reports)
     assert fields(checks[("gpu-a", "driver_kernels")]) == (
         "warn", "5.10.0-1-amd64: missing, 6.1.0-18-amd64: installed", KERNELS_WANT,
         "older kernel 5.10.0-1-amd64 has no driver module: booting it by hand leaves the node "
         "without a GPU driver")
     assert fields(checks[("gpu-b", "driver_kernels")]) == (
-        "fail", "5.10.0-1-amd64: built, 6.1.0-18-amd64: installed", KERNELS_WANT,
-        "the driver's module is not built for kernel 5.10.0-1-amd64: a reboot into it leaves "
-        "the node without a GPU driver")
+        "fail", "5.10.0-1-amd64: built, 6.1.0-18-amd64: installed, 6.1.0-9-amd64: missing",
+        KERNELS_WANT, "the driver's module is not built for kernel 5.10.0-1-amd64, "
+                      "6.1.0-9-amd64: a reboot into it leaves the node without a GPU driver")
+    # An older kernel that has the module is no warning.
+    drv_a.update(kernels={"5.10.0-1-amd64": "installed", "6.1.0-18-amd64": "installed"})
+    assert judge(two, reports)[("gpu-a", "driver_kernels")].status == "pass"
+    drv_a.update(kernels={"5.10.0-1-amd64": "missing", "5.4.0-1-amd64": "built",
+                          "6.1.0-18-amd64": "installed"})
+    assert judge(two, reports)[("gpu-a", "driver_kernels")].detail.startswith(
+        "older kernel 5.10.0-1-amd64, 5.4.0-1-amd64 has no driver module")
+    drv_a.update(kernels={"5.10.0-1-amd64": "missing", "6.1.0-18-amd64": "installed"})
     drv_a.update(kernels_checked=False)
     drv_b.update(kernels={})
     checks = judge(two, reports)
@@ -151,15 +181,17 @@ def test_kernel_hold_held_partly_held_and_nothing_to_hold(two: plan_mod.ClusterP
     wanted = ["linux-image-6.1.0-18-amd64", "linux-image-amd64"]
     reports["gpu-a"]["nvidia_driver"].update(kernel_hold=True, kernel_hold_wanted=wanted,
                                              kernel_held=wanted)
-    reports["gpu-b"]["nvidia_driver"].update(kernel_hold="true", kernel_hold_wanted=wanted,
-                                             kernel_held=["linux-image-amd64"])
+    reports["gpu-b"]["nvidia_driver"].update(
+        kernel_hold="true", kernel_hold_wanted=[*wanted, "linux-headers-amd64"],
+        kernel_held=["linux-image-amd64"])
     checks = judge(two, reports)
     planned = "held: " + ", ".join(wanted)
     assert fields(checks[("gpu-a", "kernel_held")]) == (
         "pass", ", ".join(wanted), planned, "the kernel is held (2 package(s))")
     assert fields(checks[("gpu-b", "kernel_held")]) == (
-        "fail", "linux-image-amd64", planned,
-        "linux-image-6.1.0-18-amd64 not held: an upgrade can bring in another kernel")
+        "fail", "linux-image-amd64", planned + ", linux-headers-amd64",
+        "linux-image-6.1.0-18-amd64, linux-headers-amd64 not held: an upgrade can bring in "
+        "another kernel")
     reports["gpu-a"]["nvidia_driver"].update(kernel_held=[])
     reports["gpu-b"]["nvidia_driver"].update(kernel_hold_wanted=[])
     checks = judge(two, reports)
@@ -221,20 +253,23 @@ def test_nvlsm_not_measured_failing_and_passing(tmp_path: Path, completed: bool,
     reports["b200-a"]["nvidia_fabricmanager"].update(
         nvlsm_missing=[], kernel_modules={"ib_umad": "boot-only (container)"})
     reports["b200-b"]["nvidia_fabricmanager"].update(
-        nvlsm_missing=["nvlsm"], kernel_modules={})
+        nvlsm_missing=["nvlsm", "libnvlsm"], kernel_modules={})
     planned = "nvlsm packages installed, ib_umad loaded"
     checks = judge(plan, reports, completed=completed)
     assert fields(checks[("b200-a", "fabricmanager_nvlsm")]) == (
         "pass", "nvlsm packages installed, ib_umad boot-only (container)", planned,
         "NVLink subnet manager installed and its kernel modules in place")
     assert fields(checks[("b200-b", "fabricmanager_nvlsm")]) == (
-        "fail", "nvlsm not installed; ib_umad not measured", planned,
+        "fail", "nvlsm, libnvlsm not installed; ib_umad not measured", planned,
         "the fabric manager of this NVSwitch generation needs the NVLink subnet manager: "
-        "nvlsm not installed; ib_umad not measured")
+        "nvlsm, libnvlsm not installed; ib_umad not measured")
     del reports["b200-b"]["nvidia_fabricmanager"]["nvlsm_missing"]
-    nvlsm = judge(plan, reports, completed=completed)[("b200-b", "fabricmanager_nvlsm")]
-    assert (nvlsm.status, nvlsm.measured, nvlsm.expected) == (status, None, planned)
-    assert "the NVLink subnet manager" in nvlsm.detail or "stopped before" in nvlsm.detail
+    detail = ("the nvidia_fabricmanager role published no measurement of the NVLink subnet "
+              "manager (was its verify step skipped?)" if completed else
+              "not measured: the stack phase stopped before the nvidia_fabricmanager role "
+              "verified this host (see the phase failures)")
+    assert fields(judge(plan, reports, completed=completed)[("b200-b", "fabricmanager_nvlsm")]) == (
+        status, None, planned, detail)
 
 
 @pytest.mark.parametrize(("version", "bare"), [
@@ -245,3 +280,14 @@ def test_nvlsm_not_measured_failing_and_passing(tmp_path: Path, completed: bool,
 ])
 def test_upstream_follows_debian_version_syntax(version: str, bare: str) -> None:
     assert upstream(version) == bare
+
+
+def test_a_node_without_nvswitches_gets_every_check_but_the_fabric_managers(
+        tmp_path: Path) -> None:
+    plan = build(tmp_path, {"l40s": {"gpu_profile": "pcie-l40s-4gpu"}})
+    reports = {"l40s": measured(nvidia_container_toolkit={
+        "cdi_devices": [f"nvidia.com/gpu={i}" for i in range(4)]})}
+    names = {name for _host, name in judge(plan, reports)}
+    assert names == {"driver_loaded", "driver", "driver_kernels", "nvcc_release", "cuda_toolkit",
+                     "cudnn", "nccl", "container_toolkit", "dcgm", "cdi_devices",
+                     "nccl_consistent"}
