@@ -51,9 +51,10 @@ unit: deps
 
 # The whole flow on a simulated cluster (podman); leaves no containers behind. Tests marked
 # `pending` belong to features not wired into `up` yet (their issue is open): `make e2e-pending`;
-# `extended` ones are too slow for `make test`: `make e2e-extended`.
+# `extended` ones are too slow for `make test`: `make e2e-extended`. Each test's time is printed
+# at the end (--durations), so CI's log says where the minutes went.
 e2e: deps
-	$(BIN)/pytest -q -m 'e2e and not pending and not extended' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
+	$(BIN)/pytest -q --durations=0 -m 'e2e and not pending and not extended' tests/e2e; status=$$?; $(BIN)/provisioner sim down >/dev/null; exit $$status
 
 # The e2e tests too slow for `make test` (tests/e2e/conftest.py EXTENDED says which and why).
 e2e-extended: deps
