@@ -55,8 +55,7 @@ def node_sh(script: str, *, detach: bool = False) -> str:
 
 def mirror_log() -> list[tuple[str, int]]:
     """(path, status) of every request the simulated package mirror has answered."""
-    out = subprocess.run([shutil.which("podman") or "podman", "logs", "gpuc-sim-mirror"],
-                         capture_output=True, text=True, timeout=60, check=False)
+    out = podman("logs", "gpuc-sim-mirror")
     return [(m[1], int(m[2])) for m in
             re.finditer(r'"GET (\S+) HTTP/[\d.]+" (\d{3})', out.stdout + out.stderr)]
 

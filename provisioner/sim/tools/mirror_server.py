@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--directory", default="/srv/mirror")
-    parser.add_argument("--faults", default="/etc/gpu-sim-mirror/faults")
+    parser.add_argument("--faults", required=True,
+                        help="the fault file (provisioner.sim.faults.MIRROR_FAULTS)")
     args = parser.parse_args(argv)
     handler = functools.partial(Handler, directory=args.directory)
     Handler.faults = FaultState(Path(args.faults))
