@@ -21,7 +21,12 @@ from provisioner.report import (
     runs_dir,
 )
 from provisioner.results import PlaybookResult, ProgressCallback
-from provisioner.runner import host_key_checking_off, raise_if_cancelled, run_playbook
+from provisioner.runner import (
+    connection_settings,
+    host_key_checking_off,
+    raise_if_cancelled,
+    run_playbook,
+)
 from provisioner.untrusted import secrets_in
 
 if TYPE_CHECKING:
@@ -198,6 +203,7 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
     report._secrets = secrets_in([e.vars for e in inv_hosts] + [e.connection for e in inv_hosts])
     report.host_key_checking_off = host_key_checking_off(
         {e.name: e.connection for e in inv_hosts})
+    report.connection = connection_settings({e.name: e.connection for e in inv_hosts})
     if report.host_key_checking_off:
         report.notes.append(f"SSH host key checking is OFF for {len(report.host_key_checking_off)}"
                             f" host(s) ({', '.join(report.host_key_checking_off[:5])}): the "

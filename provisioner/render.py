@@ -80,12 +80,27 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
         console.print("[bold red]lost[/] " + escape(
             f"{host}: {why.get('reason')} in {why.get('phase')}"
             + (f" ({why.get('task')}: {why.get('message')})" if why.get("task") else "")))
+    if any(why.get("reason") == "unreachable" for why in (data.get("lost_hosts") or {}).values()):
+        console.print(escape(gave_up_line(data.get("connection") or {})))
     smoke = data.get("smoke")
     if smoke:
         smoke_table(console, smoke)
     for note in data.get("notes", []):
         console.print(escape(f"note: {note}"))
     verdict(console, data)
+
+
+def gave_up_line(conn: Mapping[str, Any]) -> str:
+    """How long ssh tried an unreachable node, and which knob changes it."""
+    timeout, retries = conn.get("connect_timeout_s"), conn.get("ssh_retries")
+    if timeout is None or retries is None:
+        return "unreachable: ssh's connect timeout is not known (see ansible.cfg)"
+    line = (f"unreachable: ssh gave up after {retries + 1} attempt(s) with a {timeout} s connect "
+            f"timeout ({conn.get('connect_timeout_from')}); on a slow network or through a "
+            "bastion raise it: ANSIBLE_TIMEOUT=15")
+    if conn.get("overridden_on"):
+        line += f"; {len(conn['overridden_on'])} host(s) set their own in the inventory"
+    return line
 
 
 def batches_table(console: Console, batches: Sequence[Mapping[str, Any]]) -> None:

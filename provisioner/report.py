@@ -165,6 +165,10 @@ class Report:
     retried_hosts: list[str] = field(default_factory=list)
     # `upgrade`: one entry per batch, in order (those it did not reach: outcome "not run").
     batches: list[Batch] = field(default_factory=list)
+    # How long a node that does not answer holds up a phase: ssh's connect timeout, Ansible's
+    # ssh retries, where each comes from, the hosts whose inventory sets its own
+    # (runner.connection_settings).
+    connection: dict[str, Any] = field(default_factory=dict)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)

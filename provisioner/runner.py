@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -371,3 +372,74 @@ def host_key_checking_off(host_vars: Mapping[str, Mapping[str, Any]]) -> list[st
         if any(bad in " ".join(args.lower().split()) for bad in _INSECURE_SSH):
             off.append(host)
     return sorted(off)
+
+
+# The ssh connection plugin's options `timeout` and `reconnection_retries` (ansible-core 2.19,
+# plugins/connection/ssh.py DOCUMENTATION): the environment wins over ansible.cfg, and within
+# each the entry listed last wins (config/manager.py _loop_entries), so they are tried here in
+# reverse. A host's own variables win over both (listed per host in ``overridden_on``).
+_CONNECT_TIMEOUT_ENV = ("ANSIBLE_SSH_TIMEOUT", "ANSIBLE_TIMEOUT")
+_CONNECT_TIMEOUT_CFG = (("ssh_connection", "timeout"), ("defaults", "timeout"))
+_RETRIES_ENV = ("ANSIBLE_SSH_RETRIES",)
+_RETRIES_CFG = (("ssh_connection", "retries"), ("connection", "retries"))
+_HOST_CONNECT_VARS = ("ansible_ssh_timeout", "ansible_ssh_retries")
+# The plugin's defaults when nothing sets them.
+_DEFAULT_CONNECT_TIMEOUT = 10
+_DEFAULT_RETRIES = 0
+
+
+def _setting(env: Mapping[str, str], names: Sequence[str], cfg: Any,
+             keys: Sequence[tuple[str, str]]) -> tuple[int | None, str]:
+    for name in names:
+        if env.get(name, "").strip():
+            return _int_or_none(env[name]), name
+    for section, key in keys:
+        if cfg.has_option(section, key):
+            return _int_or_none(cfg.get(section, key)), f"ansible.cfg [{section}] {key}"
+    return None, "the ssh plugin's default"
+
+
+def _int_or_none(text: str) -> int | None:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return None
+
+
+def connection_settings(host_vars: Mapping[str, Mapping[str, Any]],
+                        environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What an unreachable node costs a phase: ssh's connect timeout and how many times
+    Ansible retries ssh, with where each value comes from; and the hosts whose inventory sets
+    its own (a ConnectTimeout in their ssh arguments counts)."""
+    import configparser
+
+    env = os.environ if environ is None else environ
+    cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
+    cfg.read(collection_root() / "ansible.cfg")
+    timeout, timeout_from = _setting(env, _CONNECT_TIMEOUT_ENV, cfg, _CONNECT_TIMEOUT_CFG)
+    retries, retries_from = _setting(env, _RETRIES_ENV, cfg, _RETRIES_CFG)
+    if timeout_from == "the ssh plugin's default":
+        timeout = _DEFAULT_CONNECT_TIMEOUT
+    # ssh takes the first value of an option; ssh_args come before the plugin's own
+    # `-o ConnectTimeout=<timeout>` on its command line, so a ConnectTimeout there wins.
+    ssh_args, args_from = env.get("ANSIBLE_SSH_ARGS"), "ANSIBLE_SSH_ARGS"
+    if ssh_args is None and cfg.has_option("ssh_connection", "ssh_args"):
+        ssh_args, args_from = cfg.get("ssh_connection", "ssh_args"), "ansible.cfg ssh_args"
+    match = re.search(r"ConnectTimeout[= ]\s*(\d+)", ssh_args or "", re.IGNORECASE)
+    if match:
+        timeout, timeout_from = int(match.group(1)), args_from
+    if retries_from == "the ssh plugin's default":
+        retries = _DEFAULT_RETRIES
+    overridden: dict[str, dict[str, Any]] = {}
+    for host, hv in sorted(host_vars.items()):
+        own = {k: hv[k] for k in _HOST_CONNECT_VARS if k in hv}
+        args = " ".join(str(hv.get(k) or "") for k in ("ansible_ssh_common_args",
+                                                        "ansible_ssh_extra_args"))
+        if "connecttimeout" in args.lower():
+            own["ssh_args"] = "sets ConnectTimeout"
+        if own:
+            overridden[host] = own
+    worst = None if timeout is None or retries is None else timeout * (retries + 1)
+    return {"connect_timeout_s": timeout, "connect_timeout_from": timeout_from,
+            "ssh_retries": retries, "ssh_retries_from": retries_from,
+            "unreachable_cost_s": worst, "overridden_on": overridden}

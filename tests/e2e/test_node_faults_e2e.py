@@ -136,6 +136,10 @@ def test_a_dead_node_stops_a_small_cluster_in_preflight(cli: Cli, healthy_cluste
     assert report["lost_hosts"][LOST]["phase"] == "preflight"
     assert list(report["lost_hosts"]) == [LOST]  # the node that judged the policy is not lost
     assert f"lost {LOST}: unreachable in preflight" in " ".join(out.stdout.split())
+    # How long ssh tried, from ansible.cfg, in the report and on the console.
+    assert report["connection"]["unreachable_cost_s"] == 10
+    assert ("ssh gave up after 2 attempt(s) with a 5 s connect timeout"
+            in " ".join(out.stdout.split()))
     # What a CI dashboard reads: the lost node is an <error>, the verdict a <failure>.
     cases = junit_cases(path)
     assert cases[("preflight", LOST)].find("error") is not None

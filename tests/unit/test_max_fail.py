@@ -266,3 +266,35 @@ def test_the_scheduler_phase_is_never_limited_to_a_subset(
                        no_display)
     assert fake.limits == {"preflight": "sim-gpu-2:sim-gpu-3", "stack": "sim-gpu-2:sim-gpu-3",
                            "scheduler": "all:!sim-gpu-3"}
+
+
+def test_the_report_says_what_an_unreachable_node_costs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANSIBLE_TIMEOUT", "ANSIBLE_SSH_TIMEOUT", "ANSIBLE_SSH_RETRIES",
+                 "ANSIBLE_SSH_ARGS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PROVISIONER_RUNS_DIR", str(tmp_path / "runs"))
+    plan = build(sim_inventory(tmp_path, monkeypatch, gpu=2, cpu=0) / "hosts.yml")
+    report, _run_dir = bringup.start_report(plan, "up")
+    conn = report.connection
+    assert (conn["connect_timeout_s"], conn["ssh_retries"], conn["unreachable_cost_s"]) == (5, 1,
+                                                                                            10)
+    assert report.to_dict()["connection"] == conn
+
+    from rich.console import Console
+
+    from provisioner import render
+
+    console = Console(width=400, record=True)
+    report.lost_hosts = {"sim-gpu-2": {"phase": "stack", "reason": "unreachable"}}
+    report.finish(1)
+    data = report.to_dict()
+    render.report(console, data)
+    text = console.export_text()
+    assert ("unreachable: ssh gave up after 2 attempt(s) with a 5 s connect timeout "
+            "(ansible.cfg [defaults] timeout)") in text
+    # No unreachable node, no line about it.
+    data["lost_hosts"]["sim-gpu-2"]["reason"] = "failed"
+    console = Console(width=400, record=True)
+    render.report(console, data)
+    assert "ssh gave up" not in console.export_text()
