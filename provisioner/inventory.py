@@ -129,8 +129,10 @@ def load(path: str | os.PathLike[str]) -> Inventory:
     source = Path(path)
     if not source.exists():
         raise InputError(f"inventory {source}: no such file or directory")
-    _check_yaml_syntax(source)
-    hosts = _load_with_ansible(source)
+    hosts = _load_plain(source)
+    if hosts is None:
+        _check_yaml_syntax(source)
+        hosts = _load_with_ansible(source)
     inv = Inventory(source=source, hosts=hosts)
     _validate(inv)
     return inv
@@ -219,17 +221,34 @@ def _load_with_ansible(source: Path) -> dict[str, HostEntry]:
             raise InputError(f"inventory {source}: host {host.name}: "
                              f"{_first_line(str(exc))}") from exc
         groups = tuple(sorted(str(g.name) for g in host.get_groups() if g.name != "all"))
-        plain = {str(k): _plain(v) for k, v in hv.items() if not k.startswith("ansible_")
-                 and k not in _MAGIC}
-        connection = {str(k): _plain(v) for k, v in hv.items() if k.startswith("ansible_")}
         name = str(host.name)
-        out[name] = HostEntry(name=name, groups=groups, vars=plain, connection=connection)
+        out[name] = _entry(name, groups, {str(k): _plain(v) for k, v in hv.items()})
     return out
 
 
+def _load_plain(source: Path) -> dict[str, HostEntry] | None:
+    """The common case without Ansible (inventory_yaml.py says which case and why); None
+    when Ansible must read the file."""
+    from provisioner import inventory_yaml
+
+    read = inventory_yaml.load(source)
+    if not read:
+        return None
+    return {name: _entry(name, groups, hv) for name, (groups, hv) in read.items()}
+
+
+def _entry(name: str, groups: tuple[str, ...], hv: Mapping[str, Any]) -> HostEntry:
+    plain = {k: v for k, v in hv.items() if not k.startswith("ansible_") and k not in _MAGIC}
+    connection = {k: v for k, v in hv.items() if k.startswith("ansible_") and k not in _MAGIC}
+    return HostEntry(name=name, groups=groups, vars=plain, connection=connection)
+
+
+# What Ansible adds to every host's variables (magic variables, the fact namespaces), which an
+# inventory cannot set: not the inventory's data.
 _MAGIC = frozenset({"inventory_hostname", "inventory_hostname_short", "group_names", "groups",
                     "inventory_dir", "inventory_file", "playbook_dir", "omit", "environment",
-                    "role_names", "ansible_play_hosts"})
+                    "role_names", "ansible_play_hosts", "ansible_facts", "ansible_local",
+                    "ansible_playbook_python", "ansible_config_file", "ansible_version"})
 
 
 def _quiet_inventory(manager_cls: Any, loader: Any, source: str) -> Any:

@@ -13,7 +13,7 @@ inventory; plain Ansible does the same by hand::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +131,16 @@ class ClusterPlan:
             "# pins, repositories and expectations of every host. Use it next to that inventory:\n"
             f"#   ansible-playbook -i {self.inventory.source} -i {path.name} playbooks/site.yml\n"
             "# Regenerate it (do not edit it) after changing the inventory.\n"
-            + yaml.safe_dump(self.inventory_data(), sort_keys=True))
+            + yaml.dump(self.inventory_data(), Dumper=_Dumper, sort_keys=True))
         return path
+
+
+class _Dumper(yaml.SafeDumper):
+    """safe_dump's output without anchors and aliases: hosts share the plan's repository and
+    package tables (``_gpu_host``), and each host's variables stay readable on their own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
@@ -149,6 +157,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
     plan = ClusterPlan(inventory=inventory)
     where = f"inventory {inventory.source}"
     gpu_fabrics: set[str] = set()
+    memo: dict[Any, Any] = {}
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
             continue
@@ -167,7 +176,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
             raise InputError(f"{where}: {exc}") from exc
         fabric = str(entry.vars.get("fabric") or profile.fabric)
         gpu_fabrics.add(fabric)
-        plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix)
+        plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
             plan.hosts[name] = HostPlan(
@@ -183,20 +192,41 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
 
 
 def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,
-              matrix: StackMatrix) -> HostPlan:
-    base = matrix.stacks[stack.stack]
-    cuda_repos = {os_dir: repo for os_dir, repo in matrix.repositories.cuda.items()
-                  if os_dir in base.os_support}
-    repositories = {
-        "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
-        "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
-    }
-    families = tuple(sorted({repo.package_family for repo in cuda_repos.values()}))
+              matrix: StackMatrix, memo: dict[Any, Any]) -> HostPlan:
+    """``memo`` holds what was worked out for another host of the same stack (a fleet has a
+    handful of distinct stacks): the repositories by stack name, which is all they depend on,
+    and the replaced packages by the stack without its host name, which is all
+    replaced_packages reads. Hosts share these objects; nothing changes them after the plan
+    is built, and the plan inventory is written without YAML aliases (``_Dumper``)."""
+    if stack.stack not in memo:
+        base = matrix.stacks[stack.stack]
+        cuda_repos = {os_dir: repo for os_dir, repo in matrix.repositories.cuda.items()
+                      if os_dir in base.os_support}
+        repositories = {
+            "cuda": {os_dir: repo.model_dump(mode="json") for os_dir, repo in cuda_repos.items()},
+            "container_toolkit": matrix.repositories.container_toolkit.model_dump(mode="json"),
+        }
+        families = tuple(sorted({repo.package_family for repo in cuda_repos.values()}))
+        memo[stack.stack] = (tuple(sorted(cuda_repos)), repositories, families)
+    supported_os, repositories, families = memo[stack.stack]
     return HostPlan(
-        name, "gpu", profile, stack, fabric=fabric,
-        supported_os=tuple(sorted(cuda_repos)),
+        name, "gpu", profile, stack, fabric=fabric, supported_os=supported_os,
         repositories=repositories, families=families,
-        replaced={family: replaced_packages(matrix, stack, family) for family in families})
+        replaced=_replaced(memo, matrix, stack, families))
+
+
+# The fields that make two hosts' stacks equal (those a comparison reads), but the host name.
+_STACK_KEY = tuple(f.name for f in fields(ResolvedStack) if f.compare and f.name != "host")
+
+
+def _replaced(memo: dict[Any, Any], matrix: StackMatrix, stack: ResolvedStack,
+              families: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
+    key = (families, *(getattr(stack, name) for name in _STACK_KEY))
+    found: dict[str, dict[str, list[str]]] | None = memo.get(key)
+    if found is None:
+        found = memo[key] = {family: replaced_packages(matrix, stack, family)
+                             for family in families}
+    return found
 
 
 def _cpu_fabric(where: str, name: str, hostvars: Mapping[str, Any],
