@@ -1,7 +1,7 @@
 """Cluster-side measurements on the simulated cluster (podman; SIMULATED numbers).
 
-Per node count: `provisioner up --skip-smoke` (preflight + stack + fabric + validate) first run
-and idempotent rerun, the stack phase's own time in each, and the floor: the same package
+Per node count: `provisioner up --skip-smoke` (preflight + stack + fabric + validate) first run,
+idempotent rerun and the same rerun with `--fast` (Mitogen), the stack phase's own time in each, and the floor: the same package
 work (repository key + source, apt pins, update, install of the pinned stack, hold) done by a
 plain shell script over SSH, in parallel, on fresh nodes (the issue's baseline) and again on
 the converged nodes (what an idempotent rerun cannot beat). On one node count also: the rerun
@@ -126,8 +126,9 @@ def phase_seconds(runs: Path, phase: str) -> float | None:
     return next((float(p["duration_s"]) for p in phases if p["name"] == phase), None)
 
 
-def _up(inv: Path, runs: Path, extra: dict[str, str] | None = None) -> tuple[float, float | None]:
-    wall = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke"],
+def _up(inv: Path, runs: Path, extra: dict[str, str] | None = None,
+        args: tuple[str, ...] = ()) -> tuple[float, float | None]:
+    wall = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke", *args],
               env={"PROVISIONER_RUNS_DIR": str(runs), **(extra or {})})
     return wall, phase_seconds(runs, "stack")
 
@@ -161,8 +162,11 @@ def cluster_bench(node_counts: list[int], profile: bool) -> dict[str, Any]:
             sim_up(n, inv)
             first, stack_first = _up(inv, runs)
             rerun, stack_rerun = _up(inv, runs)
+            fast, stack_fast = _up(inv, runs, args=("--fast",))
             row: dict[str, Any] = {"up_first_s": round(first, 1), "up_rerun_s": round(rerun, 1),
-                                   "stack_first_s": stack_first, "stack_rerun_s": stack_rerun}
+                                   "stack_first_s": stack_first, "stack_rerun_s": stack_rerun,
+                                   "up_rerun_fast_s": round(fast, 1),
+                                   "stack_rerun_fast_s": stack_fast}
             if n == special:
                 stock, stack_stock = _up(inv, runs, STOCK_ENV)
                 row.update(up_rerun_stock_s=round(stock, 1), stack_rerun_stock_s=stack_stock)
@@ -198,6 +202,8 @@ def headline(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str,
     if "24" in rows:
         ratio("rerun_24_over_1", rows["24"].get("up_rerun_s"), one.get("up_rerun_s"),
               "needs node count 1")
+    ratio("fast_over_tuned", one.get("up_rerun_fast_s"), one.get("up_rerun_s"),
+          "needs node count 1 (--nodes)")
     special = rows.get(str(result["special_nodes"]), {})
     ratio("tuned_over_stock", special.get("up_rerun_s"), special.get("up_rerun_stock_s"),
           "stock rerun not measured")

@@ -161,10 +161,12 @@ def report(data: dict[str, Any]) -> str:
     cl = data.get("cluster")
     if cl:
         cols = ("up_first_s", "up_rerun_s", "stack_first_s", "stack_rerun_s",
-                "up_rerun_stock_s", "floor_fresh_s", "floor_converged_s")
+                "up_rerun_fast_s", "stack_rerun_fast_s", "up_rerun_stock_s", "floor_fresh_s",
+                "floor_converged_s")
         text += "\n" + table(
-            "SIMULATED cluster (s): up = `up --skip-smoke`; stack = its package phase; floor = "
-            "the same package work by a plain script over SSH (fresh / converged nodes)",
+            "SIMULATED cluster (s): up = `up --skip-smoke`; stack = its package phase; fast = "
+            "the rerun with --fast (Mitogen); floor = the same package work by a plain script "
+            "over SSH (fresh / converged nodes)",
             ("nodes", *cols), [(n, *(_cell(r.get(c)) for c in cols))
                                for n, r in cl["nodes"].items()])
         for kind in ("tasks", "roles"):

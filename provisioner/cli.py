@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "5%%); the run still exits 1 and the report names every lost node")
     up.add_argument("--check", action="store_true",
                     help="dry run (ansible --check): report what would change, change nothing")
+    up.add_argument("--fast", action="store_true",
+                    help="run the phases with Mitogen for Ansible (strategy mitogen_linear): "
+                    "fewer round trips per task; the report says which strategy ran")
     _json_option(up, "the run's report")
 
     upg = sub.add_parser("upgrade", help="another stack on the GPU nodes, a batch at a time: "
@@ -578,6 +581,10 @@ def _up(args: argparse.Namespace) -> int:
         raise InputError("--batch-size and --reboot-timeout say how `up --reboot` reboots: "
                          "add --reboot, or leave them out")
     cp = _build(args.inventory)
+    if args.fast:
+        from provisioner.runner import use_fast
+
+        use_fast()
     _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
     from provisioner import slurm
 

@@ -57,6 +57,38 @@ class _Cancel:
 PEXPECT_TIMEOUT_S = 0.5
 
 
+class _Fast:
+    """`--fast`: the phases run under Mitogen's strategy (one persistent Python interpreter per
+    node, modules run in it instead of being copied and started per task)."""
+
+    env: dict[str, str] = {}
+    description: str = ""
+
+
+MITOGEN_STRATEGY = "mitogen_linear"
+
+
+def use_fast() -> str:
+    """Run the phases with Mitogen for Ansible; what it is, for the report. One line when it
+    is not installed."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    spec = importlib.util.find_spec("ansible_mitogen")
+    if spec is None or not spec.submodule_search_locations:
+        raise EnvironmentProblem("--fast needs Mitogen for Ansible: pip install mitogen "
+                                 "(`make deps` installs it)")
+    strategies = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
+    try:
+        release = version("mitogen")
+    except PackageNotFoundError:
+        release = "unknown version"
+    _Fast.env = {"ANSIBLE_STRATEGY_PLUGINS": str(strategies),
+                 "ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
+    _Fast.description = f"{MITOGEN_STRATEGY} (mitogen {release})"
+    return _Fast.description
+
+
 def request_cancel(signum: int) -> bool:
     """Record a stop request; True when a playbook is running and will be stopped (the signal
     handler must then return), False when nothing runs (the handler raises Interrupted)."""
@@ -259,6 +291,7 @@ def run_playbook(
             [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
                 os.pathsep),
     }
+    env.update(_Fast.env)
     # ansible-playbook comes with the interpreter's environment (the venv), even when the venv
     # is not activated.
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -442,4 +475,5 @@ def connection_settings(host_vars: Mapping[str, Mapping[str, Any]],
     worst = None if timeout is None or retries is None else timeout * (retries + 1)
     return {"connect_timeout_s": timeout, "connect_timeout_from": timeout_from,
             "ssh_retries": retries, "ssh_retries_from": retries_from,
-            "unreachable_cost_s": worst, "overridden_on": overridden}
+            "unreachable_cost_s": worst, "overridden_on": overridden,
+            "strategy": _Fast.description or env.get("ANSIBLE_STRATEGY") or "linear"}

@@ -116,3 +116,52 @@ def test_host_key_checking_stays_on_whatever_runner_or_environment_say(
     result = runner.run_playbook("keys.yml", [project], tmp_path / "run", "01-keys", timeout=120)
     assert result.ok, result.failures
     assert result.reports["node-a"]["keys"]["checking"] is True
+
+
+STRATEGY = """
+- name: Test | Which strategy the run's Ansible uses
+  hosts: node-a
+  gather_facts: false
+  tasks:
+    - name: Test | Publish it
+      ansible.builtin.set_fact:
+        strategy_report:
+          name: "{{ lookup('ansible.builtin.config', 'DEFAULT_STRATEGY') }}"
+"""
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(runner._Fast, "env", {})
+    monkeypatch.setattr(runner._Fast, "description", "")
+    monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
+    return runner.use_fast()
+
+
+def test_fast_runs_the_playbooks_under_mitogen_with_the_same_results(
+        project: Path, tmp_path: Path, fast: str) -> None:
+    assert fast.startswith("mitogen_linear (mitogen 0.3.")
+    (Path(str(project.parent)) / "project" / "playbooks" / "strategy.yml").write_text(STRATEGY)
+    result = runner.run_playbook("strategy.yml", [project], tmp_path / "run", "01-strategy",
+                                 timeout=120)
+    assert result.ok, result.failures
+    assert result.reports["node-a"]["strategy"]["name"] == "mitogen_linear"
+    # The judging is the strategy's business no more than before: the same stats and failures.
+    result = runner.run_playbook("demo.yml", [project], tmp_path / "run", "02-demo", timeout=120)
+    assert result.stats["node-a"].changed == 1 and result.stats["node-a"].failed == 0
+    assert [f.host for f in result.failures] == ["node-b"]
+    assert "deliberate failure on node-b" in result.failures[0].message
+    assert result.reports["node-a"]["demo"]["checks"][0]["measured"] == 42
+    assert runner.connection_settings({})["strategy"] == fast
+
+
+def test_fast_without_mitogen_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from provisioner.errors import EnvironmentProblem
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ansible_mitogen" else real(name, *a))
+    with pytest.raises(EnvironmentProblem, match="--fast needs Mitogen for Ansible"):
+        runner.use_fast()
