@@ -30,13 +30,13 @@ OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py
 # within CI's 90 minutes on 2 cores, and each `up` on the simulated cluster costs minutes
 # (measured here, under load: first up 10 min, a converged rerun 4-5 min). The core tier keeps
 # the whole flow, idempotence through the plain path, check mode, validation faults, the smoke
-# job's node loss, monitoring, Slurm, the TensorFlow smoke job, the interrupt and preflight
-# node-loss paths, the dpkg lock and mirror faults, and the Ubuntu/Rocky matrix; these run in
+# job's node loss, monitoring, Slurm, the TensorFlow smoke job, the interrupt, a node lost in
+# preflight and one lost mid-run then resumed (--max-fail, --retry-failed), the dpkg lock and
+# mirror faults, and the Ubuntu/Rocky matrix; these run in
 # the extended tier (minutes each, measured here):
 EXTENDED = (
     "test_collection_e2e.py",  # 4: the collection tarball driving the cluster
     "test_run_faults_e2e.py::test_credentialed_mirror_url_is_in_no_run_file",  # 10
-    "test_node_faults_e2e.py::test_with_max_fail_the_others_finish_when_a_node_dies_mid_run",  # 5
     # 5: check mode on the converged cluster predicts it, the plain path proves site.yml's
     "test_sim_cluster.py::test_rerun_changes_nothing",
     "test_stack_measured.py",  # 27: one `up` per injected version
