@@ -73,7 +73,7 @@ def load(source: Path, environ: Mapping[str, str] | None = None,
     if any((source.parent / name).exists() for name in ("group_vars", "host_vars")):
         return None
     try:
-        text = source.read_text(encoding="utf-8")
+        text = source.read_bytes().decode("utf-8")
         data = _parse(text, json_file=source.suffix == ".json")
         return _Reader().read(data)
     except (_NotPlain, yaml.YAMLError, ValueError, OSError, RecursionError):
