@@ -68,23 +68,29 @@ class _Fast:
 MITOGEN_STRATEGY = "mitogen_linear"
 
 
-def use_fast() -> str:
-    """Run the phases with Mitogen for Ansible; what it is, for the report. One line when it
-    is not installed."""
+def fast_env() -> dict[str, str]:
+    """The Ansible settings that select Mitogen's strategy (also for `make molecule-fast`).
+    One line when Mitogen is not installed."""
     import importlib.util
-    from importlib.metadata import PackageNotFoundError, version
 
     spec = importlib.util.find_spec("ansible_mitogen")
     if spec is None or not spec.submodule_search_locations:
         raise EnvironmentProblem("--fast needs Mitogen for Ansible: pip install mitogen "
                                  "(`make deps` installs it)")
     strategies = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
+    return {"ANSIBLE_STRATEGY_PLUGINS": str(strategies), "ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
+
+
+def use_fast() -> str:
+    """Run the phases with Mitogen for Ansible; what it is, for the report."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    env = fast_env()
     try:
         release = version("mitogen")
     except PackageNotFoundError:
         release = "unknown version"
-    _Fast.env = {"ANSIBLE_STRATEGY_PLUGINS": str(strategies),
-                 "ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
+    _Fast.env = env
     _Fast.description = f"{MITOGEN_STRATEGY} (mitogen {release})"
     return _Fast.description
 
