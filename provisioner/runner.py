@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from provisioner.errors import EnvironmentProblem
 from provisioner.paths import collection_root, collections_path
@@ -61,8 +61,8 @@ class _Fast:
     """`--fast`: the phases run under Mitogen's strategy (one persistent Python interpreter per
     node, modules run in it instead of being copied and started per task)."""
 
-    env: dict[str, str] = {}
-    description: str = ""
+    env: ClassVar[dict[str, str]] = {}
+    description: ClassVar[str] = ""
 
 
 MITOGEN_STRATEGY = "mitogen_linear"
