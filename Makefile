@@ -68,10 +68,10 @@ molecule: deps
 	  $(BIN)/molecule test --all; status=$$?; \
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
 
-# The molecule scenarios under `up --fast`'s strategy (Mitogen); not part of `make test`.
+# The molecule scenarios' converge, idempotence and verify under `up --fast`'s strategy
+# (Mitogen); not part of `make test`.
 molecule-fast: deps
-	fast_lines="$$($(PY) -c 'from provisioner.runner import fast_env; print(" ".join(f"{k}={v}" for k, v in fast_env().items()))')" && \
-	  export $$fast_lines && $(MAKE) --no-print-directory molecule
+	bash scripts/molecule-fast.sh
 
 # Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
 # `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill
