@@ -216,7 +216,8 @@ class _Reader:
         ancestors: dict[str, frozenset[str]] = {}
         merged_by_set: dict[frozenset[str], dict[str, Any]] = {}
         out: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {}
-        for host, direct in self.host_groups.items():
+        for host in self._host_order():
+            direct = self.host_groups[host]
             names: set[str] = set()
             for direct_group in direct:
                 names |= self._ancestors(direct_group, ancestors)
@@ -232,6 +233,29 @@ class _Reader:
                 merged_by_set[key] = merged
             out[host] = (tuple(sorted(names)), {**merged_by_set[key], **self.host_vars[host]})
         return out
+
+    def _host_order(self) -> list[str]:
+        """The hosts in the order Ansible lists ``all``'s (inventory/group.py ``_get_hosts``):
+        group by group, breadth first from ``all``, each group's hosts in the order the file
+        gives them. Within one level Ansible walks a set of groups, an order it does not
+        define; here it is the file's."""
+        order: list[str] = []
+        seen_hosts: set[str] = set()
+        level, seen_groups = ["all"], {"all"}
+        while level:
+            for group in level:
+                for host in self.groups[group].hosts:
+                    if host not in seen_hosts:
+                        seen_hosts.add(host)
+                        order.append(host)
+            following = []
+            for group in level:
+                for child in self.groups[group].children:
+                    if child not in seen_groups:
+                        seen_groups.add(child)
+                        following.append(child)
+            level = following
+        return order
 
     def _ancestors(self, group: str, memo: dict[str, frozenset[str]]) -> frozenset[str]:
         if group not in memo:

@@ -452,7 +452,9 @@ def connection_settings(host_vars: Mapping[str, Mapping[str, Any]],
     its own (a ConnectTimeout in their ssh arguments counts)."""
     import configparser
 
-    env = os.environ if environ is None else environ
+    # What the runs get: the ANSIBLE_* variables passed through (those that would turn off
+    # host key checking are not).
+    env = _passthrough_env() if environ is None else environ
     cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
     cfg.read(collection_root() / "ansible.cfg")
     timeout, timeout_from = _setting(env, _CONNECT_TIMEOUT_ENV, cfg, _CONNECT_TIMEOUT_CFG)
