@@ -236,3 +236,34 @@ def test_simulated_needs_every_host_even_when_built_directly() -> None:
     assert inventory.Inventory(Path("x"), {"a": sim, "b": real}).simulated is False
     assert inventory.Inventory(Path("x"), {"a": sim}).simulated is True
     assert inventory.Inventory(Path("x"), {}).simulated is False
+
+
+def test_a_long_list_of_mixed_hosts_names_three_of_each_and_counts_the_rest(
+        tmp_path: Path) -> None:
+    hosts = {f"gpu-{i}": {"gpu_profile": "hgx-h100-8gpu", "provisioner_simulated": i < 5}
+             for i in range(9)}
+    path = write(tmp_path, {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}})
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    assert ("provisioner_simulated is set on 5 of 9 hosts (gpu-0, gpu-1, gpu-2 and 2 more) "
+            "but not on gpu-5, gpu-6, gpu-7 and 1 more;") in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "first"), [
+    ("\n  \n  Completely failed to parse\nthe details\n", "Completely failed to parse"),
+    ("one line", "one line"),
+    ("", "unknown error"),
+    ("  \n\t\n", "unknown error"),
+])
+def test_ansibles_errors_are_cut_to_their_first_line(text: str, first: str) -> None:
+    assert inventory._first_line(text) == first
+
+
+def test_an_inventory_ansible_refuses_is_one_line_naming_it(tmp_path: Path) -> None:
+    """INI goes to Ansible's loader: its error, cut to one line, names the file."""
+    path = write(tmp_path, "[gpu_nodes]\ngpu-01 gpu_profile=hgx-h100-8gpu\n[gpu_nodes:children]\n"
+                           "gpu_nodes\n", name="hosts.ini")
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    assert str(err.value) == (f"inventory {path}: Completely failed to parse inventory source "
+                              f"{path}")
