@@ -59,3 +59,36 @@ def test_no_large_size_says_so_word_for_word() -> None:
         "[inter-node] no all-reduce size >= 1 GiB was measured, so the busbw floor 150 GB/s "
         "cannot be checked on nodes (no nodes reported); run the job with sizes up to 8G (or "
         "the largest the GPUs' memory allows)",)
+
+
+GOOD_DDP = {"steps": 20, "loss_first": 3.1, "loss_last": 0.4, "decreased": True,
+            "params_identical": True}
+
+
+@pytest.mark.parametrize(("changes", "failures"), [
+    ({"allreduce": []},
+     ("[inter-node] the job measured no all-reduce (it stopped before that step)",)),
+    ({"allreduce": [_row(32 * MIB, 120.0, correct=False), _row(GIB, 175.0, correct=False),
+                    _row(8 * GIB, 180.0)]},
+     ("[inter-node] all-reduce gave wrong results at sizes 32 MiB, 1 GiB",)),
+    ({"ddp": None}, ("[inter-node] the job did not run the DDP check",)),
+    ({"ddp": None, "framework": "tensorflow"},
+     ("[inter-node] the job did not run the Keras (MultiWorkerMirroredStrategy) check",)),
+    ({"ddp": {**GOOD_DDP, "params_identical": False}},
+     ("[inter-node] DDP parameters differ between ranks after training",)),
+    ({"ddp": {**GOOD_DDP, "decreased": False, "loss_last": 3.2}},
+     ("[inter-node] DDP loss did not decrease (3.1 -> 3.2)",)),
+    ({"ok": False}, ("[inter-node] the job reported failure without an error message",)),
+    ({"ok": False, "errors": ["rank 3 on gpu-a: NCCL error"], "ddp": None},
+     ("[inter-node] job: rank 3 on gpu-a: NCCL error",)),
+], ids=["no-allreduce", "wrong-sizes", "no-ddp", "no-keras", "params", "loss", "not-ok",
+        "job-error"])
+def test_each_failure_line_word_for_word(changes: dict[str, Any],
+                                         failures: tuple[str, ...]) -> None:
+    assert judge(result(**changes), 150.0, False).failures == failures
+
+
+def test_no_allreduce_leaves_the_floor_unjudged_and_says_why() -> None:
+    verdict = judge(result(allreduce=[]), 150.0, False)
+    assert verdict.floor == FloorCheck(150.0, None, False, "the job measured no all-reduce")
+    assert verdict.rows == ()
