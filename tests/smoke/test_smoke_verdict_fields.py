@@ -5,17 +5,21 @@ lose its floor, its measured busbw or its size unnoticed.)"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from provisioner.busbw import GLOO_SKIP_REASON
+from provisioner.errors import InputError
 from provisioner.smoke import (
     NO_FLOOR_REASON,
     SIMULATED_SKIP_REASON,
     FloorCheck,
     SmokeResult,
     judge,
+    load_smoke_result,
 )
 from tests.smoke.test_smoke_analysis import GIB, MIB, _row, variant
 
@@ -92,3 +96,33 @@ def test_no_allreduce_leaves_the_floor_unjudged_and_says_why() -> None:
     verdict = judge(result(allreduce=[]), 150.0, False)
     assert verdict.floor == FloorCheck(150.0, None, False, "the job measured no all-reduce")
     assert verdict.rows == ()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("[1, 2]", "smoke report must be a JSON object, got list"),
+    (json.dumps(variant(schema=2)),
+     "smoke report schema 2 is not 1; the job on the nodes and this controller are from "
+     "different versions"),
+    (json.dumps(variant(ranks=[{"rank": -1, "local_rank": 0, "hostname": "gpu-a",
+                                "device": "cuda:0", "cuda_device_count": 8}])),
+     "smoke report field 'ranks.0.rank': Input should be greater than or equal to 0 "
+     "(1 problem(s) in total)"),
+], ids=["not-an-object", "schema", "nested-field"])
+def test_a_broken_report_is_one_exact_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "smoke.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        load_smoke_result(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+def test_a_missing_or_unreadable_report_is_one_exact_line(tmp_path: Path) -> None:
+    missing = tmp_path / "none.json"
+    with pytest.raises(InputError) as err:
+        load_smoke_result(missing)
+    assert str(err.value) == (f"{missing}: smoke report not found; the job's rank 0 did not "
+                              "write it (see the job's log on the first node)")
+    with pytest.raises(InputError) as err:
+        load_smoke_result(tmp_path)  # a directory: read_text fails with EISDIR
+    assert str(err.value) == f"{tmp_path}: cannot read smoke report: Is a directory"
+

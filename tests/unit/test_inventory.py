@@ -267,3 +267,15 @@ def test_an_inventory_ansible_refuses_is_one_line_naming_it(tmp_path: Path) -> N
         inventory.load(path)
     assert str(err.value) == (f"inventory {path}: Completely failed to parse inventory source "
                               f"{path}")
+
+
+@pytest.mark.parametrize(("value", "simulated"), [
+    (True, True), (1, True), ("y", True), ("Yes", True), (" TRUE ", True), ("t", True),
+    ("1", True), ("on", True),
+    (False, False), (0, False), (2, False), (None, False), ("no", False), ("false", False),
+    ("0", False), ("off", False), ("", False), ("simulated", False),
+])
+def test_provisioner_simulated_is_read_as_ansible_reads_a_bool(value: object,
+                                                               simulated: bool) -> None:
+    entry = inventory.HostEntry("a", ("gpu_nodes",), {"provisioner_simulated": value})
+    assert inventory._simulated(entry) is simulated
