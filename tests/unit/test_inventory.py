@@ -279,3 +279,34 @@ def test_provisioner_simulated_is_read_as_ansible_reads_a_bool(value: object,
                                                                simulated: bool) -> None:
     entry = inventory.HostEntry("a", ("gpu_nodes",), {"provisioner_simulated": value})
     assert inventory._simulated(entry) is simulated
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("all:\n  hosts:\n    a: 1\n   b: 2\n",
+     "{path}:4:4: expected <block end>, but found '<block mapping start>' (while parsing a "
+     "block mapping)"),
+    # A reader error has no problem/context marks: the whole first line of its message.
+    ('all:\n  vars: {x: "\x07"}\n',
+     "{path}: invalid YAML (unacceptable character #x0007: special characters are not "
+     "allowed)"),
+    ("all:\n  children:\n    cpu_nodes:\n      hosts: {a: {}}\n",
+     "inventory {path}: group gpu_nodes is missing or empty; put at least one GPU host in it"),
+], ids=["parser", "reader", "no-gpu-nodes"])
+def test_bad_inventories_are_one_exact_line(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    assert str(err.value) == message.format(path=path)
+
+
+def test_an_inventory_the_disk_cannot_read_says_why(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, cluster())
+
+    def broken(self: Path) -> bytes:
+        raise OSError(5, "Input/output error", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", broken)
+    with pytest.raises(InputError) as err:
+        inventory.load(path)
+    assert str(err.value) == f"inventory {path}: cannot read it (Input/output error)"
