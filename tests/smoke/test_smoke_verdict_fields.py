@@ -126,3 +126,9 @@ def test_a_missing_or_unreadable_report_is_one_exact_line(tmp_path: Path) -> Non
         load_smoke_result(tmp_path)  # a directory: read_text fails with EISDIR
     assert str(err.value) == f"{tmp_path}: cannot read smoke report: Is a directory"
 
+
+
+def test_the_verdict_names_the_job_it_judged() -> None:
+    verdict = judge(result(label="intra-node", backend="nccl"), 150.0, False)
+    assert (verdict.label, verdict.backend, verdict.world_size, verdict.nodes) == (
+        "intra-node", "nccl", 16, ("gpu-a", "gpu-b"))
