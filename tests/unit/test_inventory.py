@@ -209,17 +209,21 @@ def test_vault_tags_are_not_syntax_errors(tmp_path: Path) -> None:
     inventory._check_yaml_syntax(path)  # no error: only the syntax is checked
 
 
-def test_unreadable_inventory_is_one_line(tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("error", "why"), [
+    (PermissionError(13, "Permission denied"), "permission denied"),
+    (OSError(5, "Input/output error"), "Input/output error"),
+], ids=["permission", "disk"])
+def test_unreadable_inventory_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          error: OSError, why: str) -> None:
     path = write(tmp_path, cluster())
 
-    def denied(self: Path) -> bytes:
-        raise PermissionError(13, "Permission denied", str(self))
+    def unreadable(self: Path) -> bytes:
+        raise error
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
-    with pytest.raises(InputError, match=re.escape(
-            f"inventory {path}: cannot read it (permission denied)")):
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with pytest.raises(InputError) as err:
         inventory.load(path)
+    assert str(err.value) == f"inventory {path}: cannot read it ({why})"
 
 
 def test_binary_inventory_is_one_line(tmp_path: Path) -> None:
@@ -298,15 +302,3 @@ def test_bad_inventories_are_one_exact_line(tmp_path: Path, text: str, message: 
         inventory.load(path)
     assert str(err.value) == message.format(path=path)
 
-
-def test_an_inventory_the_disk_cannot_read_says_why(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(tmp_path, cluster())
-
-    def broken(self: Path) -> bytes:
-        raise OSError(5, "Input/output error", str(self))
-
-    monkeypatch.setattr(Path, "read_bytes", broken)
-    with pytest.raises(InputError) as err:
-        inventory.load(path)
-    assert str(err.value) == f"inventory {path}: cannot read it (Input/output error)"
