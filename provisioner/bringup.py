@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provisioner.executors import SHARDED_PHASES, run_sharded
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import (
@@ -30,6 +31,7 @@ from provisioner.runner import (
 from provisioner.untrusted import secrets_in
 
 if TYPE_CHECKING:
+    from provisioner.executors import Executors
     from provisioner.wheelhouse import NodePlatform
 
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
@@ -74,6 +76,10 @@ class RunOptions:
     retry_hosts: tuple[str, ...] = ()
     # Before each phase's artifact name (`upgrade` runs the same phases once per batch).
     ident_prefix: str = ""
+    # `up --executors`: the per-node phases run on these machines, a shard of nodes each.
+    executors: Executors | None = None
+    # With executors and --limit: the hosts the limit matches (resolved on the controller).
+    limit_hosts: tuple[str, ...] | None = None
 
 
 # The Slurm phase (provisioner.slurm.SCHEDULER_PHASE): never limited to a subset of nodes.
@@ -159,10 +165,13 @@ def allowed_losses(max_fail: str | None, targeted: int) -> int:
 
 
 def _limit_without(limit: str | None, lost: Mapping[str, Any]) -> str | None:
-    """The Ansible host pattern of the run minus the lost nodes (``base:!a:!b``)."""
+    """The Ansible host pattern of the run minus the lost nodes (``base:!a:!b``). Ansible
+    splits a pattern on commas when it has one, else on colons: a limit with commas gets
+    ``,!a,!b``, or its last part would read ``c:!a`` as one host name and match nothing."""
     if not lost:
         return limit
-    return ":".join([limit or "all", *(f"!{host}" for host in sorted(lost))])
+    sep = "," if limit and "," in limit else ":"
+    return sep.join([limit or "all", *(f"!{host}" for host in sorted(lost))])
 
 
 # preflight.yml's last task: when it fails, the node it ran on is the messenger, not lost.
@@ -217,6 +226,24 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
     return report, run_dir
 
 
+def _executor_shards(plan: ClusterPlan, report: Report,
+                     options: RunOptions) -> dict[str, list[str]] | None:
+    """`up --executors`: every host of the inventory, in its order, cut into one contiguous
+    shard per executor (each phase then runs the part of a shard it targets); the report names
+    each host's executor. None without executors."""
+    if options.executors is None:
+        return None
+    from provisioner.executors import shard
+
+    shards = shard(list(plan.inventory.hosts), options.executors.names)
+    report.executors = {name: list(hosts) for name, hosts in shards.items()}
+    for name, hosts in shards.items():
+        for host in hosts:
+            if host in report.hosts:
+                report.hosts[host]["executor"] = name
+    return shards
+
+
 def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                phases: Sequence[tuple[str, str]], options: RunOptions,
                display: DisplayFactory) -> bool:
@@ -239,6 +266,7 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)
+    shards = _executor_shards(plan, report, options)
     # Check mode: the nodes an earlier phase would change. Nothing was changed, so validate
     # would measure them as they are, not as the run would leave them: it skips them.
     would_change: set[str] = set()
@@ -252,6 +280,7 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             # not (on converged nodes it changes nothing).
             base = None
         limit = _limit_without(base, lost)
+        unjudged: list[str] = []
         if options.check_mode and name == WHOLE_CLUSTER_FROM and would_change - set(lost):
             unjudged = sorted(would_change - set(lost))
             report.notes.append(
@@ -268,12 +297,28 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         if options.max_fail is not None:
             # preflight.yml's last play applies the policy to the nodes it targeted.
             extravars["gpuc_max_fail"] = options.max_fail
+        ident = f"{options.ident_prefix}{index:02d}-{name}"
         with display(f"{name} ({playbook})") as progress:
-            result = run_playbook(playbook, inventories, run_dir,
-                                  f"{options.ident_prefix}{index:02d}-{name}",
-                                  extravars=extravars, limit=limit,
-                                  timeout=options.timeout_s, check_mode=options.check_mode,
-                                  on_progress=progress)
+            if shards is not None and options.executors is not None and name in SHARDED_PHASES:
+                wanted = set(options.retry_hosts) if retrying else (
+                    set(options.limit_hosts) if options.limit_hosts is not None else None)
+                mine = {executor: [h for h in hosts if (wanted is None or h in wanted)
+                                   and h not in lost and h not in unjudged]
+                        for executor, hosts in shards.items()}
+                # The loss policy over the whole run, as a count: each executor's preflight
+                # judges its shard against it, the controller the sum (below).
+                targeted = sum(len(hosts) for hosts in mine.values())
+                result = run_sharded(playbook, inventories, run_dir, ident, mine,
+                                     options.executors,
+                                     extravars={**extravars, "gpuc_max_fail": str(
+                                         allowed_losses(options.max_fail, targeted))},
+                                     timeout=options.timeout_s, check_mode=options.check_mode,
+                                     on_progress=progress)
+            else:
+                result = run_playbook(playbook, inventories, run_dir, ident,
+                                      extravars=extravars, limit=limit,
+                                      timeout=options.timeout_s, check_mode=options.check_mode,
+                                      on_progress=progress)
         checks_before = len(report.checks)
         phase = report.add_phase(name, result)
         if options.check_mode:

@@ -195,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--fast", action="store_true",
                     help="run the phases with Mitogen for Ansible (strategy mitogen_linear): "
                     "fewer round trips per task; the report says which strategy ran")
+    up.add_argument("--executors", metavar="HOST[,HOST...]",
+                    help="run the per-node phases from these machines (ssh destinations with "
+                    "the project installed), a contiguous shard of the nodes each, through "
+                    "ansible-runner's worker protocol; the report names each host's executor")
+    up.add_argument("--executor-ssh-config", metavar="FILE",
+                    help="with --executors: the ssh_config (ssh -F) that says how to reach them")
     _json_option(up, "the run's report")
 
     upg = sub.add_parser("upgrade", help="another stack on the GPU nodes, a batch at a time: "
@@ -309,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the OS of every node (default debian12); the others are imitated "
                        "on a Debian userland")
     simsub.add_parser("down", help="remove the simulated cluster's containers and network")
+    simexec = simsub.add_parser("executors", help="replace the simulated executors (for `up "
+                                "--executors`) beside the running simulated cluster")
+    simexec.add_argument("--count", type=int, default=2,
+                         help="how many (default 2; 0 removes them)")
     _finish(p)
     return p
 
@@ -581,6 +591,7 @@ def _up(args: argparse.Namespace) -> int:
         raise InputError("--batch-size and --reboot-timeout say how `up --reboot` reboots: "
                          "add --reboot, or leave them out")
     cp = _build(args.inventory)
+    executors, limit_hosts = _executors(args, cp)
     if args.fast:
         from provisioner.runner import use_fast
 
@@ -598,8 +609,33 @@ def _up(args: argparse.Namespace) -> int:
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
         reboot_batch=args.batch_size, reboot_timeout_s=args.reboot_timeout,
         max_fail=args.max_fail, launcher=slurm.choose_launcher(cp, None),
-        framework=args.framework, retry_hosts=retry.hosts if retry else ())
+        framework=args.framework, retry_hosts=retry.hosts if retry else (),
+        executors=executors, limit_hosts=limit_hosts)
     return _run(args, cp, "up", phases, options, resumes=retry)
+
+
+def _executors(args: argparse.Namespace, cp: ClusterPlan) -> tuple[Any, tuple[str, ...] | None]:
+    """`up --executors`: parsed, the --limit resolved to hosts (the shards are host lists),
+    and every executor asked over ssh whether it can run a phase, before any node is touched."""
+    if not args.executors:
+        if args.executor_ssh_config:
+            raise InputError("--executor-ssh-config says how to reach --executors: add "
+                             "--executors, or leave it out")
+        return None, None
+    if args.fast:
+        raise InputError("--fast and --executors do not go together yet (Mitogen runs on the "
+                         "controller only): leave one out")
+    from provisioner import executors as ex
+    from provisioner.inventory import hosts_matching
+
+    executors = ex.parse(args.executors, args.executor_ssh_config)
+    limit_hosts = None
+    if args.limit:
+        limit_hosts = tuple(hosts_matching(Path(cp.inventory.source), args.limit))
+        if not limit_hosts:
+            raise InputError(f"--limit {args.limit}: matches no host of the inventory")
+    ex.check(executors)
+    return executors, limit_hosts
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -847,7 +883,7 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
 
     _refuse_insecure_env(cp)
     if args.verbose:
-        # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner._passthrough_env);
+        # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner.passthrough_env);
         # its output lands in the run's artifacts, not on our console.
         os.environ.setdefault("ANSIBLE_VERBOSITY", str(min(args.verbose, 4)))
     lock = runlock.acquire(runs_dir(), Path(cp.inventory.source), command)
@@ -937,6 +973,8 @@ def _sim(args: argparse.Namespace) -> int:
         n = cluster.down(lambda m: _chatter(args).print(escape(m)))
         console.print(f"simulated cluster removed ({n} container(s))")
         return EXIT_OK
+    if args.sim_command == "executors":
+        return _sim_executors(args)
     from provisioner.paths import workspace_root
     from provisioner.profiles import load_profiles
 
@@ -959,6 +997,20 @@ def _sim(args: argparse.Namespace) -> int:
     for name, addr in sc.addresses.items():
         console.print(f"  {name:<14} {addr}")
     console.print(f"inventory: {inv_dir / 'hosts.yml'}")
+    return EXIT_OK
+
+
+def _sim_executors(args: argparse.Namespace) -> int:
+    from provisioner.sim import executors
+
+    addresses = executors.up(args.count, lambda m: _chatter(args).print(escape(m)))
+    if not addresses:
+        console.print("no simulated executor is running")
+        return EXIT_OK
+    for name, addr in addresses.items():
+        console.print(f"  {name:<14} {addr}")
+    console.print(escape(f"use: provisioner up ... --executors {','.join(addresses)} "
+                         f"--executor-ssh-config {executors.ssh_config_path()}"))
     return EXIT_OK
 
 

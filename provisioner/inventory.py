@@ -226,6 +226,30 @@ def _load_with_ansible(source: Path) -> dict[str, HostEntry]:
     return out
 
 
+def hosts_matching(source: Path, pattern: str) -> list[str]:
+    """The hosts of ``source`` an Ansible host pattern (``--limit``) selects, in inventory
+    order, as Ansible selects them (groups, ``!``, ``&``, wildcards, ranges, ``@file``)."""
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.utils.display import Display
+
+    display = Display()
+    original_warning = display.warning
+    display.warning = lambda *_a, **_k: None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            manager = _quiet_inventory(InventoryManager, _fresh_parse_loader(DataLoader)(),
+                                       str(source))
+            manager.subset(pattern)
+            return [str(h.name) for h in manager.get_hosts("all")]
+    except AnsibleError as exc:
+        raise InputError(f"--limit {pattern}: {_first_line(str(exc))}") from exc
+    finally:
+        display.warning = original_warning
+
+
 def _load_plain(source: Path) -> dict[str, HostEntry] | None:
     """The common case without Ansible (inventory_yaml.py says which case and why); None
     when Ansible must read the file."""

@@ -63,6 +63,8 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
                        ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else ""),
                        f"{ph['duration_s']:.1f}")
     console.print(phases)
+    if data.get("executors"):
+        console.print(escape(executors_line(data["executors"])))
     if data.get("batches"):
         batches_table(console, data["batches"])
     checks = data.get("checks", [])
@@ -88,6 +90,14 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
     for note in data.get("notes", []):
         console.print(escape(f"note: {note}"))
     verdict(console, data)
+
+
+def executors_line(executors: Mapping[str, Sequence[str]]) -> str:
+    """`up --executors`: which executor ran how many hosts (the report has the hosts)."""
+    parts = [f"{name} ({len(hosts)} host{'s' if len(hosts) != 1 else ''})"
+             for name, hosts in executors.items()]
+    return (f"executors: {', '.join(parts)}; the scheduler phase and the smoke job run from the "
+            "controller")
 
 
 def gave_up_line(conn: Mapping[str, Any]) -> str:

@@ -169,6 +169,9 @@ class Report:
     # ssh retries, where each comes from, the hosts whose inventory sets its own
     # (runner.connection_settings).
     connection: dict[str, Any] = field(default_factory=dict)
+    # `up --executors`: executor -> the hosts it ran (the per-node phases; each host's entry
+    # names its executor too). Empty when the controller ran every phase itself.
+    executors: dict[str, list[str]] = field(default_factory=dict)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)

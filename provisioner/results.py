@@ -60,6 +60,8 @@ class PlaybookResult:
     dropped_failures: int = 0
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     events_seen: int = 0
+    # `up --executors`: the executor that ran each host (empty when the controller ran them).
+    executors: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -105,7 +105,7 @@ def request_cancel(signum: int) -> bool:
 GRACE_S = 5.0
 
 
-def _cancel_requested() -> bool:
+def cancel_requested() -> bool:
     """ansible-runner's cancel callback. ansible-runner would SIGKILL ansible-playbook's
     process group only, but ansible's workers call setsid(): they and the task processes they
     started would live on. So the whole process tree is stopped here first: SIGTERM to
@@ -181,7 +181,7 @@ MAX_FAILURES = 200
 MAX_MESSAGE = 600
 
 
-class _EventSink:
+class EventSink:
     """Folds the event stream into a PlaybookResult; constant memory per host."""
 
     def __init__(self, result: PlaybookResult, on_progress: ProgressCallback | None) -> None:
@@ -281,7 +281,7 @@ def run_playbook(
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     result = PlaybookResult(playbook=playbook, status="unstarted", rc=-1, duration_s=0.0,
                             artifact_dir=data_dir / "artifacts" / ident)
-    sink = _EventSink(result, on_progress)
+    sink = EventSink(result, on_progress)
     env = {
         "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
         "ANSIBLE_FORCE_COLOR": "0",
@@ -326,9 +326,9 @@ def run_playbook(
             limit=limit,
             timeout=timeout,
             quiet=True,
-            envvars={**env, **_passthrough_env()},
+            envvars={**env, **passthrough_env()},
             event_handler=sink,
-            cancel_callback=_cancel_requested,
+            cancel_callback=cancel_requested,
             cmdline=cmdline,
             # No env/ dump of the variables and environment in the private data dir.
             suppress_env_files=True,
@@ -345,6 +345,14 @@ def run_playbook(
     if result.rc != 0 and not result.stats:
         result.failures.append(TaskFailure("controller", playbook, _controller_error(result)))
     return result
+
+
+def stream(streamer: str, **kwargs: Any) -> Any:
+    """One step of ansible-runner's remote protocol (``transmit`` or ``process``) for
+    provisioner.executors: this module stays the one that imports ansible_runner."""
+    import ansible_runner
+
+    return ansible_runner.run(streamer=streamer, **kwargs)
 
 
 def _controller_error(result: PlaybookResult) -> str:
@@ -366,7 +374,7 @@ def _controller_error(result: PlaybookResult) -> str:
     return f"{lines[first].strip()} {origin}"[:MAX_MESSAGE]
 
 
-def _passthrough_env() -> dict[str, str]:
+def passthrough_env() -> dict[str, str]:
     """Let the caller tune Ansible (ANSIBLE_FORKS=200 ...) without our code knowing each knob;
     but nothing from the environment turns off SSH host key checking (``insecure_env``
     refuses it before a run; it is dropped here as well)."""
@@ -454,7 +462,7 @@ def connection_settings(host_vars: Mapping[str, Mapping[str, Any]],
 
     # What the runs get: the ANSIBLE_* variables passed through (those that would turn off
     # host key checking are not).
-    env = _passthrough_env() if environ is None else environ
+    env = passthrough_env() if environ is None else environ
     cfg = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=("#", ";"))
     cfg.read(collection_root() / "ansible.cfg")
     timeout, timeout_from = _setting(env, _CONNECT_TIMEOUT_ENV, cfg, _CONNECT_TIMEOUT_CFG)

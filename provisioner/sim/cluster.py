@@ -347,9 +347,8 @@ def _labels(spec: SimSpec) -> list[str]:
     return out
 
 
-def _fixed_addresses(names: list[str]) -> dict[str, str]:
-    """An address on the network for the mirror and each node: the mirror the first host after
-    the gateway, the nodes from the tenth host on, in order (the network is a /24 or larger)."""
+def subnet_hosts() -> list[str]:
+    """The addresses of the simulation's network, the gateway left out, in order."""
     import ipaddress
 
     info = podman.inspect("network", NETWORK) or {}
@@ -359,12 +358,19 @@ def _fixed_addresses(names: list[str]) -> dict[str, str]:
         raise EnvironmentProblem(f"podman network {NETWORK} has no IPv4 subnet")
     net = ipaddress.ip_network(subnets[0]["subnet"])
     gateway = ipaddress.ip_address(str(subnets[0].get("gateway") or next(net.hosts())))
-    free = [h for h in net.hosts() if h != gateway]
+    return [str(h) for h in net.hosts() if h != gateway]
+
+
+def _fixed_addresses(names: list[str]) -> dict[str, str]:
+    """An address on the network for the mirror and each node: the mirror the first host after
+    the gateway, the nodes from the tenth host on, in order (the network is a /24 or larger;
+    the simulated executors come after the 64 nodes a cluster may have)."""
+    free = subnet_hosts()
     if len(free) < len(names) + 10:
-        raise EnvironmentProblem(f"podman network {NETWORK} ({net}) is too small for "
+        raise EnvironmentProblem(f"podman network {NETWORK} is too small for "
                                  f"{len(names)} nodes")
-    out = {MIRROR: str(free[0])}
-    out.update((name, str(free[9 + i])) for i, name in enumerate(names))
+    out = {MIRROR: free[0]}
+    out.update((name, free[9 + i]) for i, name in enumerate(names))
     return out
 
 
