@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner.executors import SHARDED_PHASES, run_sharded
+from provisioner.executors import SHARDED_PHASES, bundled, run_sharded
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import (
@@ -250,6 +250,15 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     """Run phases in order. A node that fails or cannot be reached is lost: the phases after
     go on without it while the run has lost no more nodes than the policy allows
     (``options.max_fail``), and stop when it has. True when every phase passed on every node."""
+    if options.executors is None:
+        return _run_phases(plan, report, run_dir, phases, options, display, None)
+    with bundled() as project:
+        return _run_phases(plan, report, run_dir, phases, options, display, project)
+
+
+def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
+                phases: Sequence[tuple[str, str]], options: RunOptions,
+                display: DisplayFactory, project: Path | None) -> bool:
     plan_inventory = plan.write_inventory(run_dir / "plan.yml")
     plan_inventory.chmod(0o600)
     inventories = [plan.inventory.source, plan_inventory]
@@ -299,7 +308,8 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             extravars["gpuc_max_fail"] = options.max_fail
         ident = f"{options.ident_prefix}{index:02d}-{name}"
         with display(f"{name} ({playbook})") as progress:
-            if shards is not None and options.executors is not None and name in SHARDED_PHASES:
+            if (shards is not None and options.executors is not None and project is not None
+                    and name in SHARDED_PHASES):
                 wanted = set(options.retry_hosts) if retrying else (
                     set(options.limit_hosts) if options.limit_hosts is not None else None)
                 mine = {executor: [h for h in hosts if (wanted is None or h in wanted)
@@ -309,7 +319,7 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                 # judges its shard against it, the controller the sum (below).
                 targeted = sum(len(hosts) for hosts in mine.values())
                 result = run_sharded(playbook, inventories, run_dir, ident, mine,
-                                     options.executors,
+                                     options.executors, project,
                                      extravars={**extravars, "gpuc_max_fail": str(
                                          allowed_losses(options.max_fail, targeted))},
                                      timeout=options.timeout_s, check_mode=options.check_mode,

@@ -31,9 +31,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -148,29 +149,28 @@ def _last_line(text: str) -> str:
     return redact(lines[-1])[:300] if lines else ""
 
 
-def bundle(run_dir: Path) -> Path:
-    """The collection as the workers run it, made once per run: a project directory holding
-    what BUNDLE_PARTS names and the link ansible.cfg's collections_path expects
+@contextlib.contextmanager
+def bundled() -> Iterator[Path]:
+    """The collection as the workers run it, made once per run in a private temporary
+    directory (not the run directory, whose files are rewritten to mask secrets after each
+    phase) and removed after: a project directory holding what BUNDLE_PARTS names and the link
+    ansible.cfg's collections_path expects
     (.ansible/collections/ansible_collections/gpucluster/provisioner -> the project)."""
     root = collection_root()
-    out = run_dir / "executors" / "project"
-    if out.is_dir():
-        return out
-    tmp = out.with_name(".project.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ansible")
-    for part in BUNDLE_PARTS:
-        src = root / part
-        if src.is_dir():
-            shutil.copytree(src, tmp / part, ignore=ignore, symlinks=True)
-        elif src.is_file():
-            shutil.copy2(src, tmp / part)
-    link = tmp / ".ansible" / "collections" / "ansible_collections" / COLLECTION_NAMESPACE
-    link.mkdir(parents=True)
-    (link / COLLECTION_NAME).symlink_to(os.path.relpath(tmp, link), target_is_directory=True)
-    tmp.rename(out)
-    return out
+    with tempfile.TemporaryDirectory(prefix="gpuc-executors-") as tmp:
+        out = Path(tmp) / "project"
+        out.mkdir()
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ansible")
+        for part in BUNDLE_PARTS:
+            src = root / part
+            if src.is_dir():
+                shutil.copytree(src, out / part, ignore=ignore, symlinks=True)
+            elif src.is_file():
+                shutil.copy2(src, out / part)
+        link = out / ".ansible" / "collections" / "ansible_collections" / COLLECTION_NAMESPACE
+        link.mkdir(parents=True)
+        (link / COLLECTION_NAME).symlink_to(os.path.relpath(out, link), target_is_directory=True)
+        yield out
 
 
 def _copy_inventory(src: Path, dst: Path) -> None:
@@ -231,13 +231,12 @@ def _env() -> dict[str, str]:
 
 
 def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident: str,
-                shards: Mapping[str, Sequence[str]], executors: Executors, *,
+                shards: Mapping[str, Sequence[str]], executors: Executors, project: Path, *,
                 extravars: Mapping[str, Any] | None = None, timeout: int = 7200,
                 check_mode: bool = False,
                 on_progress: ProgressCallback | None = None) -> PlaybookResult:
     """Run ``playbooks/<playbook>`` on each executor for its shard (executors with no host are
-    left out), all at once; one PlaybookResult over every shard."""
-    project = bundle(run_dir)
+    left out), all at once; one PlaybookResult over every shard. ``project``: bundled()."""
     result = PlaybookResult(playbook=playbook, status="unstarted", rc=-1, duration_s=0.0,
                             artifact_dir=run_dir / "executors")
     sink = EventSink(result, on_progress)

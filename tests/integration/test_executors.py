@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,12 @@ def collection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.fixture
+def project(collection: Path) -> Iterator[Path]:
+    with ex.bundled() as out:
+        yield out
+
+
 def local_executors(monkeypatch: pytest.MonkeyPatch, broken: tuple[str, ...] = ()) -> ex.Executors:
     """Executors whose 'ssh' is a local shell running the remote command; a broken one is an
     ssh that cannot connect (exit 255, ssh's own message)."""
@@ -74,14 +81,14 @@ HOSTS = ["node-1", "node-2", "node-3"]
 
 
 def test_each_executor_runs_its_shard_and_the_results_merge(
-        collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     executors = local_executors(monkeypatch)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shards = ex.shard(HOSTS, executors.names)
     seen: list[ProgressEvent] = []
     result = ex.run_sharded("probe.yml", [inventory(tmp_path, HOSTS)], run_dir, "00-probe",
-                            shards, executors, extravars={"probe_secret": "s3cret"},
+                            shards, executors, project, extravars={"probe_secret": "s3cret"},
                             timeout=300, on_progress=seen.append)
     assert result.status == "successful", result.failures
     assert result.rc == 0 and result.ok
@@ -108,12 +115,12 @@ def test_each_executor_runs_its_shard_and_the_results_merge(
 
 
 def test_a_failed_host_is_judged_like_a_local_run(
-        collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     executors = local_executors(monkeypatch)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     result = ex.run_sharded("probe.yml", [inventory(tmp_path, HOSTS)], run_dir, "01-probe",
-                            ex.shard(HOSTS, executors.names), executors,
+                            ex.shard(HOSTS, executors.names), executors, project,
                             extravars={"probe_fail": ["node-3"]}, timeout=300)
     assert result.status == "failed"
     assert result.rc != 0 and not result.ok
@@ -124,12 +131,13 @@ def test_a_failed_host_is_judged_like_a_local_run(
 
 
 def test_an_executor_that_cannot_be_reached_fails_the_phase_with_its_reason(
-        collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     executors = local_executors(monkeypatch, broken=("exec-b",))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     result = ex.run_sharded("probe.yml", [inventory(tmp_path, HOSTS)], run_dir, "02-probe",
-                            ex.shard(HOSTS, executors.names), executors, timeout=300)
+                            ex.shard(HOSTS, executors.names), executors, project,
+                            timeout=300)
     assert not result.ok and result.status != "successful"
     # exec-a's shard ran; exec-b's did not, and the failure says why.
     assert sorted(result.stats) == ["node-1", "node-2"]
@@ -138,12 +146,13 @@ def test_an_executor_that_cannot_be_reached_fails_the_phase_with_its_reason(
 
 
 def test_an_executor_left_without_hosts_is_not_contacted(
-        collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     executors = local_executors(monkeypatch, broken=("exec-b",))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     result = ex.run_sharded("probe.yml", [inventory(tmp_path, HOSTS)], run_dir, "03-probe",
-                            {"exec-a": ["node-2"], "exec-b": []}, executors, timeout=300)
+                            {"exec-a": ["node-2"], "exec-b": []}, executors, project,
+                            timeout=300)
     assert result.ok, result.failures
     assert sorted(result.stats) == ["node-2"]
     assert not (run_dir / "executors" / "exec-b").exists()
@@ -232,12 +241,16 @@ def test_the_bundle_is_the_collection_and_its_link(collection: Path, tmp_path: P
     (collection / "roles" / "r" / "tasks" / "main.yml").write_text("[]\n")
     (collection / "tests").mkdir()
     (collection / "tests" / "t.py").write_text("")
-    out = ex.bundle(tmp_path / "run")
-    assert sorted(p.name for p in out.iterdir()) == [
-        ".ansible", "ansible.cfg", "galaxy.yml", "playbooks", "roles"]
-    link = out / ".ansible" / "collections" / "ansible_collections" / "gpucluster" / "provisioner"
-    assert link.is_symlink() and link.resolve() == out.resolve()
-    assert not os.path.isabs(os.readlink(link))
+    with ex.bundled() as out:
+        assert sorted(p.name for p in out.iterdir()) == [
+            ".ansible", "ansible.cfg", "galaxy.yml", "playbooks", "roles"]
+        link = (out / ".ansible" / "collections" / "ansible_collections" / "gpucluster"
+                / "provisioner")
+        assert link.is_symlink() and link.resolve() == out.resolve()
+        assert not os.path.isabs(os.readlink(link))
+        # Not in a run directory: the report's secret masking rewrites files there.
+        assert not out.is_relative_to(tmp_path)
+    assert not out.exists()
 
 
 # The CLI: every refusal is one line, exit 2, before any host (or executor) is contacted.

@@ -32,7 +32,7 @@ class FakeSharded:
         self.extravars: dict[str, dict[str, Any]] = {}
 
     def __call__(self, playbook: str, _inventories: Any, run_dir: Path, ident: str,
-                 shards: dict[str, list[str]], _executors: Executors, *,
+                 shards: dict[str, list[str]], _executors: Executors, _project: Path, *,
                  extravars: dict[str, Any], **_kw: Any) -> PlaybookResult:
         phase = ident.split("-", 1)[1]
         self.shards[phase] = {k: list(v) for k, v in shards.items()}
