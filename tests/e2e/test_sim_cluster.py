@@ -23,6 +23,7 @@ from tests.e2e.conftest import (
     installed_from_mirror,
     newest_report,
     not_blacklisted,
+    podman_exec,
     uu_blacklist,
 )
 
@@ -96,6 +97,74 @@ def test_check_mode_on_a_converged_cluster_reports_no_change(cli: Cli, inventory
     changed = {p["name"]: p["changed"] for p in report["phases"]}
     assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0,
                        "monitoring": 0, "scheduler": 0}, changed
+
+
+def sim_executors(cli: Cli, count: int) -> tuple[dict[str, str], str]:
+    """``sim executors --count N``: their addresses by name and the ssh_config to reach them."""
+    out = cli("sim", "executors", "--count", str(count))
+    assert out.returncode == 0, out.stdout + out.stderr
+    addresses = dict(re.findall(r"^\s+(sim-exec-\d+)\s+(\S+)$", out.stdout, re.M))
+    config = re.search(r"--executor-ssh-config (\S+)", out.stdout)
+    return addresses, config.group(1) if config else ""
+
+
+def ssh_clients(node: str, since: int) -> set[str]:
+    """The addresses sshd on ``node`` accepted a login from since ``since`` (epoch s)."""
+    out = podman_exec(node, f"journalctl -u ssh --since @{since} --no-pager -o cat")
+    assert out.returncode == 0, out.stderr
+    return set(re.findall(r"^Accepted publickey for \S+ from (\S+)", out.stdout, re.M))
+
+
+def test_a_rerun_through_two_executors_changes_nothing_and_names_each_hosts_executor(
+        cli: Cli, inventory: Path, runs_dir: Path) -> None:
+    """`up --executors`: the per-node phases run from two executor containers through
+    ansible-runner's worker protocol (a shard each); the scheduler phase from the controller.
+    On the converged cluster this is also the core tier's rerun: nothing may change."""
+    addresses, config = sim_executors(cli, 2)
+    assert sorted(addresses) == ["sim-exec-1", "sim-exec-2"] and config
+    try:
+        since = int(time.time()) - 1
+        out = cli("up", "--inventory", str(inventory), "--yes", "--skip-smoke",
+                  "--executors", "sim-exec-1,sim-exec-2", "--executor-ssh-config", config)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+        report = newest_report(runs_dir)
+        changed = {p["name"]: p["changed"] for p in report["phases"]}
+        assert changed == {"preflight": 0, "stack": 0, "fabric": 0, "validate": 0,
+                           "monitoring": 0, "scheduler": 0}, changed
+        shards = report["executors"]
+        assert sorted(shards) == ["sim-exec-1", "sim-exec-2"]
+        assert sorted(h for hosts in shards.values() for h in hosts) == sorted(SIM_NODES)
+        assert sorted(len(hosts) for hosts in shards.values()) == [1, 2]
+        assert "executors: sim-exec-1 (2 hosts), sim-exec-2 (1 host)" in out.stdout
+        for executor, hosts in shards.items():
+            for host in hosts:
+                assert report["hosts"][host]["executor"] == executor
+                # The node was reached from its executor, and not from the other one.
+                clients = ssh_clients(host, since)
+                assert addresses[executor] in clients, (host, clients)
+                assert not {a for e, a in addresses.items() if e != executor} & clients
+        # What the executors installed is the collection's own (the check policy the nodes'
+        # gpuc-health imports, byte for byte).
+        policy = ROOT / "plugins" / "module_utils" / "gpucluster"
+        for source in sorted(policy.glob("*.py")):
+            text = podman_exec("sim-gpu-1",
+                               f"cat /usr/local/lib/gpuc-health/gpucluster/{source.name}")
+            assert text.stdout == source.read_text(), source.name
+
+        # An executor that does not answer: one line before anything runs, no report.
+        assert subprocess.run(["podman", "stop", "--time", "0", "sim-exec-2"],
+                              capture_output=True, check=False).returncode == 0
+        reports = set(runs_dir.glob("*/report.json"))
+        out = cli("up", "--inventory", str(inventory), "--yes", "--skip-smoke",
+                  "--executors", "sim-exec-1,sim-exec-2", "--executor-ssh-config", config)
+        assert out.returncode == 2, out.stdout[-3000:] + out.stderr
+        line = out.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in out.stderr
+        assert line.startswith("error: executor sim-exec-2: ")
+        assert line.endswith("; nothing was changed")
+        assert set(runs_dir.glob("*/report.json")) == reports
+    finally:
+        sim_executors(cli, 0)
 
 
 def ansible_playbook(*args: str) -> subprocess.CompletedProcess[str]:
