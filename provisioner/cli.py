@@ -48,10 +48,56 @@ _silent = Console(quiet=True)
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors are one line and exit 2 like every other bad input."""
+    """argparse, but usage errors are one line and exit 2 like every other bad input. An
+    epilog given as ``lazy_epilog`` is computed only when the help is shown."""
+
+    lazy_epilog: Callable[[], str] | None = None
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{self.prog}: {message}")
+
+    def format_help(self) -> str:
+        if self.lazy_epilog is not None and self.epilog is None:
+            self.epilog = self.lazy_epilog()
+        return super().format_help()
+
+
+class _LazyChoices(Sequence[str]):
+    """argparse ``choices`` read when a value is checked or the help is shown: the simulator's
+    modules stay unimported for every command but ``sim`` (`plan` starts faster)."""
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self._items: tuple[str, ...] | None = None
+
+    def _get(self) -> tuple[str, ...]:
+        if self._items is None:
+            self._items = tuple(self._load())
+        return self._items
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._get()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._get()[index]
+
+
+def _fault_help() -> str:
+    from provisioner.sim.faults import help_text
+
+    return help_text()
+
+
+def _node_oses() -> Sequence[str]:
+    from provisioner.sim.image import NODE_OSES
+
+    return NODE_OSES
 
 
 class _VersionAction(argparse.Action):
@@ -294,11 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="the local simulated cluster (podman)")
     simsub = sim.add_subparsers(dest="sim_command", required=True, parser_class=_Parser)
-    from provisioner.sim.faults import help_text as faults_help
-
     simup = simsub.add_parser("up", help="start (or reuse) the simulated cluster",
-                              epilog=faults_help(),
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    simup.lazy_epilog = _fault_help
     simup.add_argument("--nodes", type=int, default=3,
                        help="total nodes: 1 CPU login node + N-1 GPU nodes (default 3); "
                        "--nodes 1 is a single GPU node")
@@ -309,11 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     simup.add_argument("--inventory-dir", default=None,
                        help="where to write hosts.yml (default: inventories/sim)")
     simup.add_argument("--recreate", action="store_true")
-    from provisioner.sim.image import NODE_OSES
-
-    simup.add_argument("--os", default="debian12", choices=NODE_OSES,
-                       help="the OS of every node (default debian12); the others are imitated "
-                       "on a Debian userland")
+    simup.add_argument("--os", default="debian12", choices=_LazyChoices(_node_oses),
+                       metavar="OS",
+                       help="the OS of every node: %(choices)s (default debian12); the others "
+                       "are imitated on a Debian userland")
     simsub.add_parser("down", help="remove the simulated cluster's containers and network")
     simexec = simsub.add_parser("executors", help="replace the simulated executors (for `up "
                                 "--executors`) beside the running simulated cluster")

@@ -37,6 +37,14 @@ def test_report_and_display_do_not_import_the_runner(module: str) -> None:
     assert "ansible_runner" not in loaded
 
 
+def test_the_cli_parser_leaves_the_simulator_unimported() -> None:
+    """Building the parser (every command does) imports nothing of provisioner.sim: the
+    `sim up` epilog and --os choices are read when `sim` needs them (plan's start-up)."""
+    loaded = _imported_after("provisioner.cli; provisioner.cli.build_parser()")
+    assert "provisioner.cli" in loaded
+    assert not {m for m in loaded if m.startswith("provisioner.sim")}
+
+
 def _imports(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth (function-level imports too)."""
     names: set[str] = set()
