@@ -87,6 +87,13 @@ def test_display_bench_counts_every_event_it_fed() -> None:
     assert measured["memory_after_all_events_kb"] > 0
 
 
+def test_event_bench_folds_every_event_through_the_runners_sink() -> None:
+    measured = controller.event_bench(count=2000)
+    assert measured["events"] == 2000 and measured["events_per_s"] > 0
+    # Every 997th event is a failure: 0 and 997 and 1994; all kept (under MAX_FAILURES).
+    assert measured["failures_kept"] == 3 and measured["failures_counted"] == 0
+
+
 def test_the_mixed_inventory_plans(tmp_path: Path) -> None:
     import yaml
 
