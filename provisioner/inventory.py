@@ -6,10 +6,12 @@ inventory, the host and the variable.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
@@ -199,16 +201,16 @@ def _load_with_ansible(source: Path) -> dict[str, HostEntry]:
     display.verbosity = 0
     loader = _fresh_parse_loader(DataLoader)()
     # Ansible warns about each plugin that could not parse the source; we report one line.
-    original_warning = display.warning
-    display.warning = lambda *_a, **_k: None
+    refused: list[tuple[str, str]] = []
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _no_warnings(display, refused):
             manager = _quiet_inventory(InventoryManager, loader, str(source))
     except AnsibleError as exc:
-        raise InputError(f"inventory {source}: {_first_line(str(exc))}") from exc
-    finally:
-        display.warning = original_warning
+        # Why the plugin meant for the file refused it (the ini plugin for an INI file)
+        # says more than Ansible's "Completely failed to parse".
+        why = next((f"the {plugin} plugin refused it: {reason.removeprefix(_PARSE_PREFIX)}"
+                    for plugin, reason in refused if plugin in ("ini", "yaml", "toml")), "")
+        raise InputError(f"inventory {source}: {why or _first_line(str(exc))}") from exc
     if not manager.list_hosts("all") and not manager.groups.get("gpu_nodes"):
         raise InputError(f"inventory {source}: Ansible parsed no hosts from it "
                          "(is it a valid YAML/INI inventory?)")
@@ -234,20 +236,41 @@ def hosts_matching(source: Path, pattern: str) -> list[str]:
     from ansible.parsing.dataloader import DataLoader
     from ansible.utils.display import Display
 
-    display = Display()
-    original_warning = display.warning
-    display.warning = lambda *_a, **_k: None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _no_warnings(Display()):
             manager = _quiet_inventory(InventoryManager, _fresh_parse_loader(DataLoader)(),
                                        str(source))
             manager.subset(pattern)
             return [str(h.name) for h in manager.get_hosts("all")]
     except AnsibleError as exc:
         raise InputError(f"--limit {pattern}: {_first_line(str(exc))}") from exc
+
+
+_PARSE_PREFIX = "Failed to parse inventory: "
+_PLUGIN_FAILED = re.compile(r"^Failed to parse inventory with '([\w.]+)' plugin")
+
+
+@contextlib.contextmanager
+def _no_warnings(display: Any, refused: list[tuple[str, str]] | None = None) -> Iterator[None]:
+    """Ansible's warnings off while it reads an inventory: a plugin that cannot parse the
+    source warns (``error_as_warning`` for each plugin that tried, a multi-line block on
+    stderr), and we say what went wrong in one line instead. Each plugin's refusal goes to
+    ``refused`` as (plugin, first line of its reason)."""
+    saved = display.warning, display.error_as_warning
+
+    def plugin_failed(msg: str = "", exception: BaseException | None = None, **_k: Any) -> None:
+        match = _PLUGIN_FAILED.match(str(msg))
+        if refused is not None and match and exception is not None:
+            refused.append((match.group(1).rsplit(".", 1)[-1], _first_line(str(exception))))
+
+    display.warning = lambda *_a, **_k: None
+    display.error_as_warning = plugin_failed
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
-        display.warning = original_warning
+        display.warning, display.error_as_warning = saved
 
 
 def _load_plain(source: Path) -> dict[str, HostEntry] | None:

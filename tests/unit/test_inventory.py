@@ -269,8 +269,22 @@ def test_an_inventory_ansible_refuses_is_one_line_naming_it(tmp_path: Path) -> N
                            "gpu_nodes\n", name="hosts.ini")
     with pytest.raises(InputError) as err:
         inventory.load(path)
-    assert str(err.value) == (f"inventory {path}: Completely failed to parse inventory source "
-                              f"{path}")
+    assert str(err.value) == (f"inventory {path}: the ini plugin refused it: can't add group "
+                              "to itself")
+
+
+def test_a_refused_ini_inventory_prints_nothing_but_the_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ansible's own multi-line "[WARNING]: Failed to parse inventory with 'ini' plugin"
+    block (error_as_warning) no longer reaches stderr before our line."""
+    from provisioner import cli
+
+    path = write(tmp_path, "[gpu_nodes\nbad line = = \n", name="hosts.ini")
+    assert cli.main(["plan", "--inventory", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"error: inventory {path}: the ini plugin refused it: not enough values to unpack "
+        "(expected 3, got 2)"]
 
 
 @pytest.mark.parametrize(("value", "simulated"), [
