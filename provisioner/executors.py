@@ -47,6 +47,7 @@ from provisioner.runner import (
     EventSink,
     cancel_requested,
     passthrough_env,
+    stoppable,
     stream,
 )
 from provisioner.untrusted import redact
@@ -250,6 +251,9 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
     work = [_Shard(name, list(hosts), run_dir / "executors" / name / ident)
             for name, hosts in shards.items() if hosts]
     threads: list[threading.Thread] = []
+    cancelled = False
+    running = contextlib.ExitStack()
+    running.enter_context(stoppable())
     try:
         for s in work:
             inv_args = _prepare(s, project, playbook, inventories, extravars or {})
@@ -269,18 +273,20 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
                 t.start()
                 threads.append(t)
         while any(t.is_alive() for t in threads):
-            if cancel_requested():
+            if not cancelled and cancel_requested():
+                cancelled = True
                 for s in work:
                     _stop(s)
             for t in threads:
                 t.join(timeout=0.2)
     finally:
+        running.close()
         for s in work:
             _stop(s)
             _scrub(s.pdd, ident)
     result.duration_s = time.monotonic() - started
     result.executors = {host: s.name for s in work for host in s.hosts}
-    statuses = [s.status for s in work]
+    statuses = ["canceled" if cancelled else s.status for s in work]
     result.status = ("successful" if statuses and all(st == "successful" for st in statuses)
                      else next((st for st in ("canceled", "timeout", "error", "failed")
                                 if st in statuses), "failed" if work else "unstarted"))
@@ -290,7 +296,7 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
         # 255: ssh itself failed (could not connect, or the connection dropped): its own
         # message says why better than the stream's end does.
         ssh_failed = s.proc is not None and s.proc.returncode == 255
-        if s.status in ("error", "unstarted") or ssh_failed:
+        if not cancelled and (s.status in ("error", "unstarted") or ssh_failed):
             why = ((_last_line(s.stderr) if ssh_failed else "") or s.error
                    or _last_line(s.stderr) or f"the worker ended {s.status}")
             result.failures.append(TaskFailure(f"executor {s.name}", playbook,

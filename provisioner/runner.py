@@ -16,7 +16,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -345,6 +345,20 @@ def run_playbook(
     if result.rc != 0 and not result.stats:
         result.failures.append(TaskFailure("controller", playbook, _controller_error(result)))
     return result
+
+
+@contextlib.contextmanager
+def stoppable() -> Iterator[None]:
+    """Around a phase that is not one ansible-runner run (provisioner.executors): a signal is
+    recorded for ``cancel_requested`` to see, as during run_playbook, instead of raised at once
+    (the phase stops its own processes; the caller raises Interrupted after it)."""
+    if _Cancel.signum is not None:  # stopped before this phase could start
+        raise Interrupted(_Cancel.signum)
+    _Cancel.running = True
+    try:
+        yield
+    finally:
+        _Cancel.running = False
 
 
 def stream(streamer: str, **kwargs: Any) -> Any:

@@ -6,11 +6,13 @@ variables reaching the worker, what is left on disk, and an executor that fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +31,10 @@ PROBE = """\
         probe_report:
           secret_seen: "{{ probe_secret | default('') }}"
           worker_cwd: "{{ lookup('ansible.builtin.env', 'PWD') }}"
+    - name: Probe | Sleep when told to (a phase to interrupt)
+      ansible.builtin.command: sleep {{ probe_sleep }}
+      changed_when: false
+      when: probe_sleep is defined
     - name: Probe | Fail the host that is told to
       ansible.builtin.fail:
         msg: "{{ inventory_hostname }} was told to fail"
@@ -143,6 +149,71 @@ def test_an_executor_that_cannot_be_reached_fails_the_phase_with_its_reason(
     assert sorted(result.stats) == ["node-1", "node-2"]
     failure = next(f for f in result.failures if f.host == "executor exec-b")
     assert "Connection refused" in failure.message
+
+
+def _processes_running(text: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
+        project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT during a sharded phase: recorded (not raised mid-phase), every ssh session and
+    worker ended, the phase comes back canceled with no executor blamed; run_phases then
+    raises Interrupted (runner.raise_if_cancelled) as after a local phase."""
+    import signal
+    import threading
+    import time
+
+    from provisioner import runner
+
+    executors = local_executors(monkeypatch)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    marker = f"sleep {417 + os.getpid() % 100}"
+    box: dict[str, Any] = {}
+
+    def phase() -> None:
+        box["result"] = ex.run_sharded(
+            "probe.yml", [inventory(tmp_path, HOSTS)], run_dir, "04-probe",
+            ex.shard(HOSTS, executors.names), executors, project,
+            extravars={"probe_sleep": marker.split()[1]}, timeout=300)
+
+    thread = threading.Thread(target=phase)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 120
+        while len(_processes_running(marker)) < len(HOSTS) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_processes_running(marker)) == len(HOSTS), "the probe never slept"
+        assert runner.request_cancel(signal.SIGINT) is True  # a phase runs: recorded only
+        stopped = time.monotonic()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        assert time.monotonic() - stopped < 30
+    finally:
+        runner.reset_cancel()
+        thread.join(timeout=60)
+        for pid in _processes_running(marker):  # the "nodes'" tasks, if any outlived it
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    result = box["result"]
+    assert result.status == "canceled" and not result.ok
+    assert not [f for f in result.failures if f.host.startswith("executor ")]
+    # No worker and no ansible-playbook of the phase outlives it.
+    deadline = time.monotonic() + 15
+    while (_processes_running("playbooks/probe.yml")
+           or _processes_running("ansible-runner worker")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_running("playbooks/probe.yml") == []
+    assert _processes_running("ansible-runner worker") == []
 
 
 def test_an_executor_left_without_hosts_is_not_contacted(
