@@ -32,7 +32,8 @@ OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py
 # the whole flow, idempotence through the plain path, check mode, validation faults, the smoke
 # job's node loss, monitoring, Slurm, the TensorFlow smoke job, the interrupt, a node lost in
 # preflight and one lost mid-run then resumed (--max-fail, --retry-failed), the dpkg lock and
-# mirror faults, and the Ubuntu/Rocky matrix; these run in
+# mirror faults, the Ubuntu/Rocky matrix, and a converged rerun through two executors
+# (`up --executors`, also the core tier's rerun that must change nothing); these run in
 # the extended tier (minutes each, measured here):
 EXTENDED = (
     "test_collection_e2e.py",  # 4: the collection tarball driving the cluster
