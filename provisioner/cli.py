@@ -203,6 +203,17 @@ def _framework_option(parser: argparse.ArgumentParser) -> None:
                         "or TensorFlow's MultiWorkerMirroredStrategy, one worker per node")
 
 
+def _executor_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executors", metavar="HOST[,HOST...]",
+                        help="run the per-node phases from these machines (ssh destinations "
+                        "with the project installed), a contiguous shard of the nodes each, "
+                        "through ansible-runner's worker protocol; the report names each "
+                        "host's executor")
+    parser.add_argument("--executor-ssh-config", metavar="FILE",
+                        help="with --executors: the ssh_config (ssh -F) that says how to reach "
+                        "them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="provisioner", description="Bring up a multi-node GPU cluster and prove "
                 "it works (Ansible, driven by ansible-runner).")
@@ -241,12 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--fast", action="store_true",
                     help="run the phases with Mitogen for Ansible (strategy mitogen_linear): "
                     "fewer round trips per task; the report says which strategy ran")
-    up.add_argument("--executors", metavar="HOST[,HOST...]",
-                    help="run the per-node phases from these machines (ssh destinations with "
-                    "the project installed), a contiguous shard of the nodes each, through "
-                    "ansible-runner's worker protocol; the report names each host's executor")
-    up.add_argument("--executor-ssh-config", metavar="FILE",
-                    help="with --executors: the ssh_config (ssh -F) that says how to reach them")
+    _executor_options(up)
     _json_option(up, "the run's report")
 
     upg = sub.add_parser("upgrade", help="another stack on the GPU nodes, a batch at a time: "
@@ -302,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(read-only)")
     val.add_argument("--inventory", "-i", required=True)
     val.add_argument("--limit")
+    _executor_options(val)
     _json_option(val, "the run's report")
 
     hlt = sub.add_parser("health", help="run every GPU node's health command (gpuc-health) "
@@ -665,7 +672,7 @@ def _executors(args: argparse.Namespace, cp: ClusterPlan) -> tuple[Any, tuple[st
             raise InputError("--executor-ssh-config says how to reach --executors: add "
                              "--executors, or leave it out")
         return None, None
-    if args.fast:
+    if getattr(args, "fast", False):
         raise InputError("--fast and --executors do not go together yet (Mitogen runs on the "
                          "controller only): leave one out")
     from provisioner import executors as ex
@@ -809,8 +816,11 @@ def _inspect(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from provisioner import bringup
 
-    return _run(args, _build(args.inventory), "validate", bringup.VALIDATE_PHASES,
-                bringup.RunOptions(limit=args.limit))
+    cp = _build(args.inventory)
+    executors, limit_hosts = _executors(args, cp)
+    return _run(args, cp, "validate", bringup.VALIDATE_PHASES,
+                bringup.RunOptions(limit=args.limit, executors=executors,
+                                   limit_hosts=limit_hosts))
 
 
 def _health(args: argparse.Namespace) -> int:

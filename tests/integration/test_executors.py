@@ -325,14 +325,15 @@ def test_the_bundle_is_the_collection_and_its_link(collection: Path, tmp_path: P
 
 
 # The CLI: every refusal is one line, exit 2, before any host (or executor) is contacted.
-def _cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+def _cli(tmp_path: Path, *args: str, command: str = "up") -> tuple[int, str, str]:
     import shutil
     import subprocess
 
     from tests.integration.test_cli import GOOD, inv
 
     bin_ = shutil.which("provisioner", path=str(Path(sys.executable).parent)) or "provisioner"
-    out = subprocess.run([bin_, "up", "--inventory", str(inv(tmp_path, GOOD)), "--yes", *args],
+    yes = ["--yes"] if command == "up" else []
+    out = subprocess.run([bin_, command, "--inventory", str(inv(tmp_path, GOOD)), *yes, *args],
                          capture_output=True, text=True, timeout=120, check=False,
                          env={**os.environ, "COLUMNS": "200",
                               "PROVISIONER_RUNS_DIR": str(tmp_path / "runs")})
@@ -358,11 +359,13 @@ def test_up_refuses_bad_executor_options_in_one_line(tmp_path: Path, args: list[
     assert not (tmp_path / "runs").exists()
 
 
-def test_up_refuses_an_executor_it_cannot_reach_before_any_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["up", "validate"])
+def test_an_executor_it_cannot_reach_is_refused_before_any_run(tmp_path: Path,
+                                                               command: str) -> None:
     config = tmp_path / "ssh_config"
     config.write_text("Host nowhere\n  HostName 127.0.0.1\n  Port 1\n")
     rc, stdout, stderr = _cli(tmp_path, "--executors", "nowhere", "--executor-ssh-config",
-                              str(config))
+                              str(config), command=command)
     assert rc == 2, stdout + stderr
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: executor nowhere: ssh: connect to host 127.0.0.1 port 1")
