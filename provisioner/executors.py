@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import COLLECTION_NAME, COLLECTION_NAMESPACE, collection_root
-from provisioner.results import PlaybookResult, ProgressCallback, TaskFailure
+from provisioner.results import HostStats, PlaybookResult, ProgressCallback, TaskFailure
 from provisioner.runner import (
     PEXPECT_TIMEOUT_S,
     EventSink,
@@ -299,8 +299,15 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
         if not cancelled and (s.status in ("error", "unstarted") or ssh_failed):
             why = ((_last_line(s.stderr) if ssh_failed else "") or s.error
                    or _last_line(s.stderr) or f"the worker ended {s.status}")
-            result.failures.append(TaskFailure(f"executor {s.name}", playbook,
-                                               redact(" ".join(why.split()))[:600]))
+            why = redact(" ".join(why.split()))[:600]
+            # The shard's nodes were not reached through their executor: unreachable for this
+            # run (the loss policy counts them, --retry-failed resumes them); the rest of the
+            # cluster goes on as it would without any unreachable node.
+            for host in s.hosts:
+                if host not in result.stats:
+                    result.stats[host] = HostStats(unreachable=1)
+                    result.failures.append(TaskFailure(host, f"executor {s.name}", why,
+                                                       unreachable=True))
     return result
 
 
