@@ -359,3 +359,85 @@ def test_no_route_to_a_node_is_one_line_naming_it() -> None:
     assert message.endswith("); check the node's ansible_host resolves and is routable from "
                             "here")
     assert "()" not in message
+
+
+# --- the survivors of a second mutation run ----------------------------------------------------
+
+def test_every_pass_of_a_node_is_judged_whatever_its_order(real_plan: plan_mod.ClusterPlan,
+                                                           tmp_path: Path) -> None:
+    """nccl-tests first, and an inter pass without a result (rank 0 elsewhere) before the
+    intra one: the passes after them are still judged; a host the plan does not have is
+    judged without a floor; a missing run directory is made."""
+    reports = {
+        "gpu-a": {"smoke_job": {"passes": {
+            "nccl_tests": {"rc": 0, "output": HEADER + row(GIB, 460.0)},
+            "intra": {"rc": 0, "result": RESULT, "log": []}}}},
+        "gpu-b": {"smoke_job": {"passes": {
+            "inter": {"rc": 0, "result": None, "log": []},
+            "intra": {"rc": 0, "result": {**RESULT, "allreduce": [
+                {**RESULT["allreduce"][1], "busbw_gbps": 100.0}]}, "log": []}}}},
+        "gpu-z": {"smoke_job": {"passes": {
+            "inter": {"rc": 0, "result": {**RESULT, "label": "inter-node"}, "log": []}}}},
+    }
+    report = Report("r", "smoke", "inv", simulated=False, started_at="t")
+    out = tmp_path / "not" / "yet"
+    assert smokerun.fold_results(real_plan, report, out, reports, []) is False
+    assert [(c.host, c.name, c.status, c.expected) for c in report.checks] == [
+        # busbw exactly at the floor passes (the floor is a minimum).
+        ("gpu-a", "nccl_tests_busbw", "pass", 460.0),
+        ("gpu-a", "intra_node", "pass", 460.0),
+        ("gpu-b", "intra_node", "fail", 460.0),
+        ("gpu-z", "inter_node", "pass", None),
+    ]
+    assert report.checks[-1].detail == (
+        "PASS: correct all-reduce, DDP loss decreased, parameters identical; floor skipped: "
+        "no busbw floor configured")
+    assert (out / "smoke" / "gpu-b-inter.log").is_file()
+
+
+def test_a_simulated_pass_is_judged_as_simulated(sim_plan: plan_mod.ClusterPlan,
+                                                 tmp_path: Path) -> None:
+    reports = {"sim-gpu-1": {"smoke_job": {"passes": {
+        "intra": {"rc": 0, "result": {**RESULT, "backend": "gloo"}, "log": []}}}}}
+    report = Report("r", "smoke", "inv", simulated=True, started_at="t")
+    assert smokerun.fold_results(sim_plan, report, tmp_path, reports, []) is True
+    [check] = report.checks
+    assert check.detail == ("PASS: correct all-reduce, DDP loss decreased, parameters "
+                            "identical; floor skipped: simulated cluster: CPU gloo numbers, GPU "
+                            "floor not applicable")
+
+
+def test_the_pass_result_is_saved_as_indented_json(tmp_path: Path) -> None:
+    smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, 460.0, False,
+                         tmp_path, [])
+    assert (tmp_path / "gpu-a-intra.json").read_text() == json.dumps(RESULT, indent=2)
+
+
+def test_every_failure_of_a_pass_is_in_its_summary(tmp_path: Path) -> None:
+    bad = {**RESULT, "ddp": None, "allreduce": [
+        {**RESULT["allreduce"][1], "busbw_gbps": 100.0, "correct": False}]}
+    run = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": bad}, 460.0, False,
+                               tmp_path, [])
+    assert run["ddp"] is None
+    failures = run["verdict"]["summary"].removeprefix("FAIL: ").split("; ")
+    assert len(failures) == 3, run["verdict"]["summary"]
+    assert failures == [
+        "[intra-node] all-reduce gave wrong results at sizes 1 GiB",
+        "[intra-node] the job did not run the DDP check",
+        "[intra-node] all-reduce busbw 100.00 GB/s at 1 GiB (the largest size measured) is "
+        "below the floor 460 GB/s on nodes gpu-a: check the interconnect (NCCL_DEBUG=INFO shows "
+        "the transport chosen)"]
+
+
+def test_no_route_says_the_resolvers_reason() -> None:
+    import socket
+
+    try:
+        socket.gethostbyname("no-such-node.invalid")
+    except OSError as exc:
+        reason = exc.strerror
+    else:  # pragma: no cover - a resolver that answers for .invalid
+        pytest.skip("this resolver answers for .invalid")
+    with pytest.raises(EnvironmentProblem) as err:
+        smokerun._local_address_towards("no-such-node.invalid")
+    assert f"no-such-node.invalid ({reason}); " in str(err.value)
