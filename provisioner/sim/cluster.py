@@ -396,16 +396,20 @@ def _ensure_client_key(keydir: Path) -> Path:
     return key
 
 
-def _node_payload(name: str, group: str, client_key: Path, kernel: str,
-                  profile_json: Mapping[str, Any], spec: SimSpec) -> tuple[str, bytes]:
-    """A tar stream copied into the container before it boots: host key, authorized key and,
-    on GPU nodes, the simulated hardware description."""
+def host_keypair(name: str) -> tuple[bytes, str]:
+    """A fresh ed25519 host key for ``name``: the private key file's bytes, the public line."""
     with tempfile.TemporaryDirectory() as tmp:
         hostkey = Path(tmp) / "ssh_host_ed25519_key"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
                         "-f", str(hostkey)], check=True)
-        priv = hostkey.read_bytes()
-        pub = hostkey.with_suffix(".pub").read_text().strip()
+        return hostkey.read_bytes(), hostkey.with_suffix(".pub").read_text().strip()
+
+
+def _node_payload(name: str, group: str, client_key: Path, kernel: str,
+                  profile_json: Mapping[str, Any], spec: SimSpec) -> tuple[str, bytes]:
+    """A tar stream copied into the container before it boots: host key, authorized key and,
+    on GPU nodes, the simulated hardware description."""
+    priv, pub = host_keypair(name)
     host_pub = " ".join(pub.split()[:2])
     authorized = client_key.with_suffix(".pub").read_bytes()
     buf = io.BytesIO()

@@ -16,10 +16,8 @@ but not the cluster's spec label, so ``sim up`` reusing the running cluster igno
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 import tarfile
-import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -35,6 +33,7 @@ from provisioner.sim.cluster import (
     _add_dir,
     _add_file,
     _wait_for_ssh,
+    host_keypair,
     sim_state_dir,
     subnet_hosts,
 )
@@ -127,12 +126,7 @@ def _payload(name: str, client_key: Path, known_hosts: Path,
     and known_hosts at their controller paths, readable by the ssh user; the directories
     above them and above the mounted Python open to it (a controller's venv may be under
     /root, 0700 in the image)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        hostkey = Path(tmp) / "ssh_host_ed25519_key"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name,
-                        "-f", str(hostkey)], check=True)
-        priv = hostkey.read_bytes()
-        pub = hostkey.with_suffix(".pub").read_text().strip()
+    priv, pub = host_keypair(name)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         _add_dir(tar, "home/ops/.ssh", 0o700, OPS_UID)
