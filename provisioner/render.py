@@ -82,7 +82,11 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
         console.print("[bold red]lost[/] " + escape(
             f"{host}: {why.get('reason')} in {why.get('phase')}"
             + (f" ({why.get('task')}: {why.get('message')})" if why.get("task") else "")))
-    if any(why.get("reason") == "unreachable" for why in (data.get("lost_hosts") or {}).values()):
+    # A node lost with its executor (`up --executors`) was never tried over ssh from here:
+    # ssh's timeouts are no explanation for it (its line above names the executor's reason).
+    if any(why.get("reason") == "unreachable"
+           and not str(why.get("task") or "").startswith("executor ")
+           for why in (data.get("lost_hosts") or {}).values()):
         console.print(escape(gave_up_line(data.get("connection") or {})))
     smoke = data.get("smoke")
     if smoke:

@@ -298,3 +298,14 @@ def test_the_report_says_what_an_unreachable_node_costs(
     console = Console(width=400, record=True)
     render.report(console, data)
     assert "ssh gave up" not in console.export_text()
+    # A node lost with its executor: the lost line names the executor and its reason; ssh's
+    # timeouts from this controller explain nothing there.
+    data["lost_hosts"]["sim-gpu-2"] = {"phase": "stack", "reason": "unreachable",
+                                       "task": "executor exec-2",
+                                       "message": "ssh: connect to host exec-2 port 22: timed out"}
+    console = Console(width=400, record=True)
+    render.report(console, data)
+    text = console.export_text()
+    assert ("lost sim-gpu-2: unreachable in stack (executor exec-2: ssh: connect to host exec-2 "
+            "port 22: timed out)") in text
+    assert "ssh gave up" not in text
