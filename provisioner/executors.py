@@ -252,38 +252,35 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
             for name, hosts in shards.items() if hosts]
     threads: list[threading.Thread] = []
     cancelled = False
-    running = contextlib.ExitStack()
-    running.enter_context(stoppable())
-    try:
-        for s in work:
-            inv_args = _prepare(s, project, playbook, inventories, extravars or {})
-            cmdline = " ".join(shlex.quote(a) for a in inv_args) + (
-                " --check --diff" if check_mode else "")
-            s.proc = subprocess.Popen(executors.ssh(s.name, executors.worker_command()),
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, start_new_session=True)
-            kwargs = dict(private_data_dir=str(s.pdd), playbook=f"playbooks/{playbook}",
-                          ident=ident, limit="@../limit.txt", timeout=timeout, quiet=True,
-                          envvars=_env(), cmdline=cmdline, suppress_env_files=True,
-                          settings={"suppress_ansible_output": True,
-                                    "pexpect_timeout": PEXPECT_TIMEOUT_S})
-            for target in (_transmit, _process, _stderr):
-                t = threading.Thread(target=target, args=(s, kwargs, handler),
-                                     daemon=True)
-                t.start()
-                threads.append(t)
-        while any(t.is_alive() for t in threads):
-            if not cancelled and cancel_requested():
-                cancelled = True
-                for s in work:
-                    _stop(s)
-            for t in threads:
-                t.join(timeout=0.2)
-    finally:
-        running.close()
-        for s in work:
-            _stop(s)
-            _scrub(s.pdd, ident)
+    with stoppable():
+        try:
+            for s in work:
+                inv_args = _prepare(s, project, playbook, inventories, extravars or {})
+                cmdline = " ".join(shlex.quote(a) for a in inv_args) + (
+                    " --check --diff" if check_mode else "")
+                s.proc = subprocess.Popen(executors.ssh(s.name, executors.worker_command()),
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
+                kwargs = dict(private_data_dir=str(s.pdd), playbook=f"playbooks/{playbook}",
+                              ident=ident, limit="@../limit.txt", timeout=timeout, quiet=True,
+                              envvars=_env(), cmdline=cmdline, suppress_env_files=True,
+                              settings={"suppress_ansible_output": True,
+                                        "pexpect_timeout": PEXPECT_TIMEOUT_S})
+                for target in (_transmit, _process, _stderr):
+                    t = threading.Thread(target=target, args=(s, kwargs, handler), daemon=True)
+                    t.start()
+                    threads.append(t)
+            while any(t.is_alive() for t in threads):
+                if not cancelled and cancel_requested():
+                    cancelled = True
+                    for s in work:
+                        _stop(s)
+                for t in threads:
+                    t.join(timeout=0.2)
+        finally:
+            for s in work:
+                _stop(s)
+                _scrub(s.pdd, ident)
     result.duration_s = time.monotonic() - started
     result.executors = {host: s.name for s in work for host in s.hosts}
     statuses = ["canceled" if cancelled else s.status for s in work]
