@@ -456,7 +456,7 @@ def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
 def secure_run_dir(run_dir: Path, report: Report) -> None:
     """After each phase: what ansible-runner wrote is made private (0700/0600) and the
     inventory's secrets are masked in it (task output may quote a credentialed URL)."""
-    ansible_dir = run_dir / "ansible"
-    if ansible_dir.is_dir():
-        make_private(ansible_dir)
+    for written in (run_dir / "ansible", run_dir / "executors"):  # executors: up --executors
+        if written.is_dir():
+            make_private(written)
     redact_tree(run_dir, report._secrets)

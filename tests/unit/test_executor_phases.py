@@ -150,3 +150,20 @@ def test_a_limit_resolved_to_hosts_narrows_every_shard(
 def test_the_limit_without_lost_nodes_keeps_ansibles_separator(
         limit: str | None, lost: list[str], pattern: str) -> None:
     assert bringup._limit_without(limit, dict.fromkeys(lost)) == pattern
+
+
+def test_what_the_executors_wrote_is_made_private_after_each_phase(tmp_path: Path) -> None:
+    import stat
+
+    run_dir = tmp_path / "run"
+    events = run_dir / "executors" / "exec-1" / "01-stack" / "artifacts" / "01-stack"
+    events.mkdir(parents=True)
+    (events / "stdout").write_text("task output")
+    (events / "stdout").chmod(0o644)
+    for directory in (run_dir / "executors", events):
+        directory.chmod(0o755)
+    report = Report(run_id="r", command="up", inventory="i", simulated=True, started_at="t")
+    bringup.secure_run_dir(run_dir, report)
+    assert stat.S_IMODE((events / "stdout").stat().st_mode) == 0o600
+    assert stat.S_IMODE(events.stat().st_mode) == 0o700
+    assert stat.S_IMODE((run_dir / "executors").stat().st_mode) == 0o700
