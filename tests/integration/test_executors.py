@@ -177,7 +177,15 @@ def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
 
     from provisioner import runner
 
-    executors = local_executors(monkeypatch)
+    local_executors(monkeypatch)
+    # The worker and its ansible-playbook run from a bin directory of this test's own (links to
+    # the venv's), so that their command lines name it: other workers on this machine (a
+    # simulated cluster's executors, a parallel test) are not this test's business.
+    own_bin = tmp_path / "bin"
+    own_bin.mkdir()
+    for tool in ("ansible-runner", "ansible-playbook"):
+        (own_bin / tool).symlink_to(Path(sys.executable).parent / tool)
+    executors = ex.Executors(names=("exec-a", "exec-b"), bin_dir=str(own_bin))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     marker = f"sleep {417 + os.getpid() % 100}"
@@ -196,6 +204,8 @@ def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
         while len(_processes_running(marker)) < len(HOSTS) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(_processes_running(marker)) == len(HOSTS), "the probe never slept"
+        # The workers and their ansible-playbook carry the marker this test looks for after.
+        assert len(_processes_running(str(own_bin))) >= 2 * len(executors.names)
         assert runner.request_cancel(signal.SIGINT) is True  # a phase runs: recorded only
         stopped = time.monotonic()
         thread.join(timeout=60)
@@ -212,11 +222,9 @@ def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
     assert not [f for f in result.failures if f.host.startswith("executor ")]
     # No worker and no ansible-playbook of the phase outlives it.
     deadline = time.monotonic() + 15
-    while (_processes_running("playbooks/probe.yml")
-           or _processes_running("ansible-runner worker")) and time.monotonic() < deadline:
+    while _processes_running(str(own_bin)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_running("playbooks/probe.yml") == []
-    assert _processes_running("ansible-runner worker") == []
+    assert _processes_running(str(own_bin)) == []
 
 
 def test_an_executor_left_without_hosts_is_not_contacted(
