@@ -259,3 +259,36 @@ def test_load_names_what_is_missing(runs: Path) -> None:
     with pytest.raises(InputError) as err:
         report_mod.load("20261126-000000-none")
     assert str(err.value) == f"no report for run '20261126-000000-none' under {runs}"
+
+
+@pytest.mark.parametrize("stats", [{"failed": 1, "unreachable": 0},
+                                   {"failed": 0, "unreachable": 1}])
+def test_a_failed_phase_with_a_host_to_blame_gets_no_phase_case(stats: dict[str, int]) -> None:
+    report = Report("r", "up", "inv", simulated=False, started_at="t")
+    report.phases = [Phase("stack", "stack.yml", "failed", 2, 1.0, 0, False,
+                           hosts={"gpu-a": stats}, failures=[])]
+    assert 'type="phase"' not in report.junit()
+
+
+def test_redact_tree_masks_files_in_place_and_counts_them(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("token=s3cret outside")
+    root = tmp_path / "run"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.log").write_text("url https://u:pw@mirror/ and hunter2")
+    (root / "b.log").write_text("nothing to hide")
+    (root / "c.bin").write_bytes(b"\xff\xfe hunter2")
+    (root / "link").symlink_to(outside)
+    assert report_mod.redact_tree(root, {"hunter2"}) == 1
+    assert (root / "sub" / "a.log").read_text() == "url https://***@mirror/ and ***"
+    assert stat.S_IMODE((root / "sub" / "a.log").stat().st_mode) == 0o600
+    assert (root / "b.log").read_text() == "nothing to hide"
+    assert (root / "c.bin").read_bytes() == b"\xff\xfe hunter2"  # not text: left alone
+    assert outside.read_text() == "token=s3cret outside"  # a link is not followed
+    assert report_mod.redact_tree(root, {"hunter2"}) == 0
+
+
+def test_load_takes_the_newest_of_three(runs: Path) -> None:
+    for run_id in ("20261126-030000-cccc", "20261126-010000-aaaa", "20261126-020000-bbbb"):
+        saved(runs, run_id)
+    assert report_mod.load(None)["run_id"] == "20261126-030000-cccc"
