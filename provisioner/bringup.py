@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner.executors import SHARDED_PHASES, bundled, run_sharded
+from provisioner.executors import SHARDED_PHASES, Executors, bundled, run_sharded
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import (
@@ -31,7 +31,6 @@ from provisioner.runner import (
 from provisioner.untrusted import secrets_in
 
 if TYPE_CHECKING:
-    from provisioner.executors import Executors
     from provisioner.wheelhouse import NodePlatform
 
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
@@ -227,15 +226,13 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
 
 
 def _executor_shards(plan: ClusterPlan, report: Report,
-                     options: RunOptions) -> dict[str, list[str]] | None:
+                     executors: Executors) -> dict[str, list[str]]:
     """`up --executors`: every host of the inventory, in its order, cut into one contiguous
     shard per executor (each phase then runs the part of a shard it targets); the report names
-    each host's executor. None without executors."""
-    if options.executors is None:
-        return None
+    each host's executor."""
     from provisioner.executors import shard
 
-    shards = shard(list(plan.inventory.hosts), options.executors.names)
+    shards = shard(list(plan.inventory.hosts), executors.names)
     report.executors = {name: list(hosts) for name, hosts in shards.items()}
     for name, hosts in shards.items():
         for host in hosts:
@@ -253,12 +250,24 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     if options.executors is None:
         return _run_phases(plan, report, run_dir, phases, options, display, None)
     with bundled() as project:
-        return _run_phases(plan, report, run_dir, phases, options, display, project)
+        sharding = _Sharding(options.executors, project,
+                             _executor_shards(plan, report, options.executors))
+        return _run_phases(plan, report, run_dir, phases, options, display, sharding)
+
+
+@dataclass(frozen=True)
+class _Sharding:
+    """`up --executors`: who runs the per-node phases, the collection they are sent, and
+    every host's shard."""
+
+    executors: Executors
+    project: Path
+    shards: dict[str, list[str]]
 
 
 def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                 phases: Sequence[tuple[str, str]], options: RunOptions,
-                display: DisplayFactory, project: Path | None) -> bool:
+                display: DisplayFactory, sharding: _Sharding | None) -> bool:
     plan_inventory = plan.write_inventory(run_dir / "plan.yml")
     plan_inventory.chmod(0o600)
     inventories = [plan.inventory.source, plan_inventory]
@@ -275,7 +284,6 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)
-    shards = _executor_shards(plan, report, options)
     # Check mode: the nodes an earlier phase would change. Nothing was changed, so validate
     # would measure them as they are, not as the run would leave them: it skips them.
     would_change: set[str] = set()
@@ -308,18 +316,17 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             extravars["gpuc_max_fail"] = options.max_fail
         ident = f"{options.ident_prefix}{index:02d}-{name}"
         with display(f"{name} ({playbook})") as progress:
-            if (shards is not None and options.executors is not None and project is not None
-                    and name in SHARDED_PHASES):
+            if sharding is not None and name in SHARDED_PHASES:
                 wanted = set(options.retry_hosts) if retrying else (
                     set(options.limit_hosts) if options.limit_hosts is not None else None)
                 mine = {executor: [h for h in hosts if (wanted is None or h in wanted)
                                    and h not in lost and h not in unjudged]
-                        for executor, hosts in shards.items()}
+                        for executor, hosts in sharding.shards.items()}
                 # The loss policy over the whole run, as a count: each executor's preflight
                 # judges its shard against it, the controller the sum (below).
                 targeted = sum(len(hosts) for hosts in mine.values())
                 result = run_sharded(playbook, inventories, run_dir, ident, mine,
-                                     options.executors, project,
+                                     sharding.executors, sharding.project,
                                      extravars={**extravars, "gpuc_max_fail": str(
                                          allowed_losses(options.max_fail, targeted))},
                                      timeout=options.timeout_s, check_mode=options.check_mode,
