@@ -26,6 +26,14 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  replaced:
+    description:
+      - Packages (names, or dicts with a C(name)) this install replaces, such as another
+        driver branch's. Those installed are unheld (unlocked) and removed first, in the same
+        call. Names also in O(packages) are kept. Only with O(state=present).
+    type: list
+    elements: raw
+    default: []
   lock_timeout:
     description:
       - Seconds apt and dpkg wait for the package manager's lock (C(DPkg::Lock::Timeout)) held
@@ -75,6 +83,12 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
+    dnf_locked,
+    dpkg_state,
+    rpm_at_pin,
+    rpm_state,
+)
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
 
@@ -164,39 +178,6 @@ def apt_recover(module):
     return True
 
 
-def dpkg_state(module, names):
-    """name -> (version, held, installed) from dpkg-query (unknown packages are absent)."""
-    dpkg = module.get_bin_path("dpkg-query", required=True)
-    rc, out, err = module.run_command(
-        [dpkg, "-W", "-f=${Package}\t${Version}\t${Status}\n"] + list(names))
-    if rc not in (0, 1):
-        module.fail_json(msg="dpkg-query failed", rc=rc, stdout=out, stderr=err)
-    state = {}
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3:
-            continue
-        name, version, status = parts
-        words = status.split()
-        installed = len(words) == 3 and words[2] == "installed"
-        state[name] = (version if installed else "", words[:1] == ["hold"], installed)
-    return state
-
-
-def rpm_state(module, names):
-    rpm = module.get_bin_path("rpm", required=True)
-    state = {}
-    for name in names:
-        rc, out, _err = module.run_command(
-            [rpm, "-q", "--qf", "%{EPOCH}:%{VERSION}-%{RELEASE}", name])
-        if rc == 0:
-            version = out.strip().replace("(none):", "")
-            state[name] = (version, None, True)
-        else:
-            state[name] = ("", None, False)
-    return state
-
-
 def apt_apply(module, wanted, state):
     changed = []
     need = [p for p in wanted if state.get(p["name"], ("", False, False))[0] != p["version"]]
@@ -245,19 +226,8 @@ def dnf_remove(module, names, state):
     return present
 
 
-def dnf_locked(module, dnf, pkg):
-    """Whether ``dnf versionlock list`` holds ``pkg`` at its version (epoch optional)."""
-    rc, out, _err = module.run_command([dnf, "-q", "versionlock", "list"])
-    if rc != 0:
-        return False
-    epoch, _sep, evr = pkg["version"].rpartition(":")
-    wanted = {"%s-%s:%s.*" % (pkg["name"], epoch or "0", evr), "%s-%s.*" % (pkg["name"], evr)}
-    return any(line.strip() in wanted for line in out.splitlines())
-
-
 def dnf_apply(module, wanted, state):
-    need = [p for p in wanted if state[p["name"]][0] != p["version"].split(":", 1)[-1]
-            and state[p["name"]][0] != p["version"]]
+    need = [p for p in wanted if not rpm_at_pin(state[p["name"]][0], p["version"])]
     dnf = module.get_bin_path("dnf", required=True)
     unlocked = [p for p in wanted if p not in need and not dnf_locked(module, dnf, p)]
     if module.check_mode or not (need or unlocked):
@@ -281,6 +251,7 @@ def main():
         argument_spec=dict(
             packages=dict(type="list", elements="dict", required=True),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            replaced=dict(type="list", elements="raw", default=[]),
             lock_timeout=dict(type="int", default=300),
             retries=dict(type="int", default=3),
             retry_delay=dict(type="float", default=5),
@@ -292,25 +263,33 @@ def main():
         if not pkg.get("name") or (module.params["state"] == "present" and not pkg.get("version")):
             module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
     names = [p["name"] for p in wanted]
+    replaced = [r["name"] if isinstance(r, dict) else str(r) for r in module.params["replaced"]]
+    replaced = sorted({r for r in replaced if r and r not in names})
+    if replaced and module.params["state"] == "absent":
+        module.fail_json(msg="replaced is for state=present (state=absent removes packages)")
     apt = os.path.exists("/usr/bin/dpkg-query")
-    if not names:
-        module.exit_json(changed=False, packages=[], changed_packages=[])
-    state = dpkg_state(module, names) if apt else rpm_state(module, names)
+    if not names and not replaced:
+        module.exit_json(changed=False, packages=[], changed_packages=[],
+                         recovered_interrupted_dpkg=False)
+    read = dpkg_state if apt else rpm_state
+    state = read(module, names + replaced)
     recovered = apt_recover(module) if apt else False
     if recovered and not module.check_mode:
-        state = dpkg_state(module, names)
+        state = read(module, names + replaced)
     if module.params["state"] == "absent":
         changed = (apt_remove if apt else dnf_remove)(module, names, state)
         final = state
     else:
-        changed = apt_apply(module, wanted, state) if apt else dnf_apply(module, wanted, state)
-        final = dpkg_state(module, names) if apt and changed and not module.check_mode else state
+        changed = (apt_remove if apt else dnf_remove)(module, replaced, state)
+        applied = (apt_apply if apt else dnf_apply)(module, wanted, state) if names else []
+        changed = sorted(set(changed) | set(applied))
+        # Read back after a change: what the task returns is what the node has.
+        final = read(module, names) if changed and not module.check_mode else state
     result = [{"name": n, "version": final.get(n, ("", None, False))[0],
                "held": final.get(n, ("", None, False))[1],
                "installed": final.get(n, ("", None, False))[2]} for n in names]
     module.exit_json(changed=bool(changed) or recovered, packages=result,
                      changed_packages=changed, recovered_interrupted_dpkg=recovered)
-
 
 if __name__ == "__main__":
     main()

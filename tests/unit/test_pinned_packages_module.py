@@ -4,21 +4,16 @@ says what went wrong (not apt's last line)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SPEC = importlib.util.spec_from_file_location("pinned_packages",
-                                              ROOT / "plugins" / "modules" / "pinned_packages.py")
-assert SPEC and SPEC.loader
-pp: Any = importlib.util.module_from_spec(SPEC)
-sys.modules["pinned_packages"] = pp
-SPEC.loader.exec_module(pp)
+from tests.unit.collection_module import load_module
+
+pp: Any = load_module("pinned_packages")
+
 
 Reply = tuple[int, str, str]
 
