@@ -18,8 +18,9 @@ description:
 options:
   files:
     description:
-      - Key to C({path, read, follow}). Each answer has C(path), C(exists), C(isreg),
-        C(isdir), C(islnk), C(lnk_target) (a link's target as stored, else empty), C(size) and,
+      - Key to C({path, read, checksum, follow}). Each answer has C(path), C(exists),
+        C(isreg), C(isdir), C(islnk), C(lnk_target) (a link's target as stored, else empty),
+        C(size), C(mode) (octal string, e.g. C(0755)), C(uid), C(gid) and,
         when C(read) is true and the file is a regular file of at most O(max_bytes),
         C(content) (text; bytes that are not UTF-8 are replaced); when C(checksum) is true and
         the file is a regular file, C(checksum) (SHA-256 of its bytes). C(follow) (default true)
@@ -40,6 +41,14 @@ options:
         them.
     type: dict
     default: {}
+  installed:
+    description:
+      - Package names whose installed version to read (from dpkg, else rpm). The answer
+        C(installed) maps each name to its version, or to an empty string when it is not
+        installed.
+    type: list
+    elements: str
+    default: []
   packages:
     description:
       - Pins ({name, version}) to check as a check-mode C(pinned_packages) would. The answer
@@ -79,6 +88,10 @@ commands:
   description: Key to the command's exit status and output (see O(commands)).
   returned: always
   type: dict
+installed:
+  description: Name to installed version, empty when not installed (see O(installed)).
+  returned: always
+  type: dict
 packages:
   description: C(mismatched) names and C(packages) states (see O(packages)).
   returned: always
@@ -92,7 +105,9 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
+    dpkg_state,
     mismatched,
+    rpm_state,
 )
 
 
@@ -113,7 +128,8 @@ def probe_file(spec, max_bytes):
         target = None
     st = target if spec.get("follow", True) and target is not None else link
     out.update(exists=True, isreg=stat.S_ISREG(st.st_mode), isdir=stat.S_ISDIR(st.st_mode),
-               size=st.st_size)
+               size=st.st_size, mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid,
+               gid=st.st_gid)
     readable = target is not None and stat.S_ISREG(target.st_mode)
     if spec.get("checksum") and readable:
         digest = hashlib.sha256()
@@ -151,6 +167,7 @@ def main():
             files=dict(type="dict", default={}),
             commands=dict(type="dict", default={}),
             globs=dict(type="dict", default={}),
+            installed=dict(type="list", elements="str", default=[]),
             packages=dict(type="list", elements="dict", default=[]),
             max_bytes=dict(type="int", default=1048576),
         ),
@@ -181,8 +198,14 @@ def main():
             {"name": p["name"], "version": state.get(p["name"], ("", None, False))[0],
              "held": state.get(p["name"], ("", None, False))[1],
              "installed": state.get(p["name"], ("", None, False))[2]} for p in wanted]}
+    apt = os.path.exists("/usr/bin/dpkg-query")
+    names = module.params["installed"]
+    installed = {}
+    if names:
+        state = (dpkg_state if apt else rpm_state)(module, names)
+        installed = {n: state.get(n, ("", None, False))[0] for n in names}
     module.exit_json(changed=False, files=files, globs=globs, commands=commands,
-                     packages=packages)
+                     installed=installed, packages=packages)
 
 
 if __name__ == "__main__":

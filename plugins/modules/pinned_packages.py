@@ -291,5 +291,6 @@ def main():
     module.exit_json(changed=bool(changed) or recovered, packages=result,
                      changed_packages=changed, recovered_interrupted_dpkg=recovered)
 
+
 if __name__ == "__main__":
     main()

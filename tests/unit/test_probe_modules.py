@@ -171,6 +171,18 @@ def test_dnf_pins_need_the_version_and_the_lock() -> None:
     assert not pkgstate.rpm_at_pin("580.95.05-1.el9", "3:580.95.06-1.el9")
 
 
+def test_installed_names_map_to_their_version_or_empty(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    db = FakeDb(dpkg="rdma-core\t48.0-1\tinstall ok installed\n"
+                     "ibverbs-utils\t48.0-1\tdeinstall ok config-files\n")
+    monkeypatch.setattr(node_probe, "dpkg_state", lambda module, names: pkgstate.dpkg_state(
+        db, names))
+    monkeypatch.setattr(node_probe.os.path, "exists", lambda p: p == "/usr/bin/dpkg-query")
+    out = run_main(node_probe, {"installed": ["rdma-core", "ibverbs-utils", "perftest"]}, capsys)
+    # removed with its config files kept is not installed; unknown to dpkg is not either
+    assert out["installed"] == {"rdma-core": "48.0-1", "ibverbs-utils": "", "perftest": ""}
+
+
 # --- pinned_packages: replaced ----------------------------------------------------------------
 
 class AptNode:
