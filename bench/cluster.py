@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,22 @@ def _up(inv: Path, runs: Path, extra: dict[str, str] | None = None,
     return wall, phase_seconds(runs, "stack")
 
 
+def _wait_for_ssh(host: str, timeout: float = 120.0) -> None:
+    """Until the restarted node's sshd accepts a connection: the next measure needs the node
+    (a run started while it boots finds it unreachable)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, 22), timeout=2) as conn:
+                if conn.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"bench: {host} did not answer on port 22 within {timeout:.0f} s "
+                     "after its restart")
+
+
 def unreachable_cost(inv: Path, runs: Path) -> dict[str, Any]:
     """`validate` with every node up, then with the last GPU node's container stopped: the
     difference is what one unreachable node costs the phase."""
@@ -145,6 +162,7 @@ def unreachable_cost(inv: Path, runs: Path) -> dict[str, Any]:
         broken = sh([BIN, "validate", "-i", str(inv)], env=env, ok_codes=(0, 1))
     finally:
         subprocess.run(["podman", "start", victim], check=False, capture_output=True)
+        _wait_for_ssh(data["children"]["gpu_nodes"]["hosts"][victim]["ansible_host"])
     return {"validate_s": round(healthy, 1), "validate_one_node_down_s": round(broken, 1),
             "node": victim, "cost_s": round(broken - healthy, 1)}
 
