@@ -29,8 +29,9 @@ pytestmark = pytest.mark.e2e
 
 GPU_NODES = ("sim-gpu-1", "sim-gpu-2")
 # The checks every GPU node of the sim-h100-8gpu profile (NVSwitch: fabric manager) gets.
-STACK_CHECKS = {"driver", "driver_loaded", "fabricmanager", "nvcc_release", "cuda_toolkit",
-                "cudnn", "nccl", "nccl_consistent", "container_toolkit", "dcgm", "cdi_devices"}
+STACK_CHECKS = {"driver", "driver_loaded", "driver_kernels", "fabricmanager", "nvcc_release",
+                "cuda_toolkit", "cudnn", "nccl", "nccl_consistent", "container_toolkit", "dcgm",
+                "cdi_devices"}
 CUDNN_HEADER = "/usr/include/x86_64-linux-gnu/cudnn_version_v9.h"
 
 
