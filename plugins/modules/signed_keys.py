@@ -57,8 +57,8 @@ EXAMPLES = r"""
     dir: /etc/apt/keyrings
     keys:
       - name: nvidia-cuda
-        key_url: http://mirror.example/cuda/debian12/x86_64/3bf863cc.pub
-        fingerprint: EB693B3035CD5710E231E123A4B469963BF863CC
+        key_url: http://mirror.example/keys/mirror.asc
+        fingerprint: 0123456789ABCDEF0123456789ABCDEF01234567  # the mirror key's, pinned
 """
 
 RETURN = r"""
