@@ -105,9 +105,11 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
+    describe,
     dpkg_state,
     mismatched,
     rpm_state,
+    uses_apt,
 )
 
 
@@ -131,21 +133,24 @@ def probe_file(spec, max_bytes):
                size=st.st_size, mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid,
                gid=st.st_gid)
     readable = target is not None and stat.S_ISREG(target.st_mode)
-    if spec.get("checksum") and readable:
-        digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            out["checksum"] = digest.hexdigest()
-        except OSError as exc:
-            out["error"] = str(exc)
-    if spec.get("read") and readable and target.st_size <= max_bytes:
-        try:
-            with open(path, "rb") as handle:
-                out["content"] = handle.read(max_bytes).decode("utf-8", "replace")
-        except OSError as exc:
-            out["error"] = str(exc)
+    keep = spec.get("read") and readable and target.st_size <= max_bytes
+    if not (keep or (spec.get("checksum") and readable)):
+        return out
+    # One pass over the file for both the checksum and the content.
+    digest, blocks = hashlib.sha256(), []
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+                if keep:
+                    blocks.append(block)
+    except OSError as exc:
+        out["error"] = str(exc)
+        return out
+    if spec.get("checksum"):
+        out["checksum"] = digest.hexdigest()
+    if keep:
+        out["content"] = b"".join(blocks)[:max_bytes].decode("utf-8", "replace")
     return out
 
 
@@ -173,37 +178,33 @@ def main():
         ),
         supports_check_mode=True,
     )
-    files = {}
-    for key, spec in module.params["files"].items():
+    params = module.params
+    # Every argument is checked before the node is read.
+    for key, spec in params["files"].items():
         if not isinstance(spec, dict) or not spec.get("path"):
             module.fail_json(msg="files.%s needs a path" % key)
-        files[key] = probe_file(spec, module.params["max_bytes"])
-    globs = {}
-    for key, given in module.params["globs"].items():
-        patterns = [given] if isinstance(given, str) else list(given or [])
-        globs[key] = sorted({path for pattern in patterns for path in glob.glob(str(pattern))})
-    commands = {}
-    for key, argv in module.params["commands"].items():
+    for key, argv in params["commands"].items():
         if not isinstance(argv, list) or not argv:
             module.fail_json(msg="commands.%s needs an argument list" % key)
-        commands[key] = probe_command(module, argv)
+    for pkg in params["packages"]:
+        if not pkg.get("name") or not pkg.get("version"):
+            module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
+    files = {key: probe_file(spec, params["max_bytes"]) for key, spec in params["files"].items()}
+    globs = {}
+    for key, given in params["globs"].items():
+        patterns = [given] if isinstance(given, str) else list(given or [])
+        globs[key] = sorted({path for pattern in patterns for path in glob.glob(str(pattern))})
+    commands = {key: probe_command(module, argv) for key, argv in params["commands"].items()}
+    apt = uses_apt()
     packages = {"mismatched": [], "packages": []}
-    wanted = module.params["packages"]
-    if wanted:
-        for pkg in wanted:
-            if not pkg.get("name") or not pkg.get("version"):
-                module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
-        off, state = mismatched(module, wanted, os.path.exists("/usr/bin/dpkg-query"))
-        packages = {"mismatched": off, "packages": [
-            {"name": p["name"], "version": state.get(p["name"], ("", None, False))[0],
-             "held": state.get(p["name"], ("", None, False))[1],
-             "installed": state.get(p["name"], ("", None, False))[2]} for p in wanted]}
-    apt = os.path.exists("/usr/bin/dpkg-query")
-    names = module.params["installed"]
+    if params["packages"]:
+        off, state = mismatched(module, params["packages"], apt)
+        packages = {"mismatched": off,
+                    "packages": describe([p["name"] for p in params["packages"]], state)}
     installed = {}
-    if names:
-        state = (dpkg_state if apt else rpm_state)(module, names)
-        installed = {n: state.get(n, ("", None, False))[0] for n in names}
+    if params["installed"]:
+        state = (dpkg_state if apt else rpm_state)(module, params["installed"])
+        installed = {n: state.get(n, ("", None, False))[0] for n in params["installed"]}
     module.exit_json(changed=False, files=files, globs=globs, commands=commands,
                      installed=installed, packages=packages)
 

@@ -84,10 +84,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
+    describe,
     dnf_locked,
     dpkg_state,
     rpm_at_pin,
     rpm_state,
+    uses_apt,
 )
 
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
@@ -267,7 +269,7 @@ def main():
     replaced = sorted({r for r in replaced if r and r not in names})
     if replaced and module.params["state"] == "absent":
         module.fail_json(msg="replaced is for state=present (state=absent removes packages)")
-    apt = os.path.exists("/usr/bin/dpkg-query")
+    apt = uses_apt()
     if not names and not replaced:
         module.exit_json(changed=False, packages=[], changed_packages=[],
                          recovered_interrupted_dpkg=False)
@@ -285,10 +287,7 @@ def main():
         changed = sorted(set(changed) | set(applied))
         # Read back after a change: what the task returns is what the node has.
         final = read(module, names) if changed and not module.check_mode else state
-    result = [{"name": n, "version": final.get(n, ("", None, False))[0],
-               "held": final.get(n, ("", None, False))[1],
-               "installed": final.get(n, ("", None, False))[2]} for n in names]
-    module.exit_json(changed=bool(changed) or recovered, packages=result,
+    module.exit_json(changed=bool(changed) or recovered, packages=describe(names, final),
                      changed_packages=changed, recovered_interrupted_dpkg=recovered)
 
 

@@ -5,6 +5,24 @@ reads it), so "at its pin and held" means one thing for both."""
 
 from __future__ import annotations
 
+import os
+
+# dpkg's query tool marks an apt node (Debian, Ubuntu); without it the node is rpm/dnf.
+APT_MARKER = "/usr/bin/dpkg-query"
+
+
+def uses_apt():
+    return os.path.exists(APT_MARKER)
+
+
+def describe(names, state):
+    """Each name's state as the modules return it: name, version, held, installed."""
+    result = []
+    for name in names:
+        version, held, installed = state.get(name, ("", None, False))
+        result.append({"name": name, "version": version, "held": held, "installed": installed})
+    return result
+
 
 def dpkg_state(module, names):
     """name -> (version, held, installed) from dpkg-query (unknown packages are absent)."""
