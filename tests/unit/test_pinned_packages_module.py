@@ -4,6 +4,8 @@ says what went wrong (not apt's last line)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,8 @@ import pytest
 from tests.unit.collection_module import load_module
 
 pp: Any = load_module("pinned_packages")
+# The apt/dnf runner it shares with distro_packages (module_utils/gpucluster/pkgrun.py).
+runner: Any = sys.modules[pp.run_retrying.__module__]
 
 
 Reply = tuple[int, str, str]
@@ -47,7 +51,7 @@ class FakeModule:
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     out: list[float] = []
-    monkeypatch.setattr(pp.time, "sleep", out.append)
+    monkeypatch.setattr(time, "sleep", out.append)
     return out
 
 
@@ -143,10 +147,10 @@ def test_dpkg_errors_beat_apts_summary_line() -> None:
            " installed nvidia-kernel-dkms package post-installation script subprocess returned "
            "error exit status 10\n")
     err = "E: Sub-process /usr/bin/dpkg returned an error code (1)\n"
-    assert pp.error_line(out, err) == ("dpkg: error processing package nvidia-kernel-dkms "
+    assert runner.error_line(out, err) == ("dpkg: error processing package nvidia-kernel-dkms "
                                        "(--configure):")
-    assert pp.error_line("", "") == "no output"
-    assert pp.error_line("last words\n", "") == "last words"
+    assert runner.error_line("", "") == "no output"
+    assert runner.error_line("last words\n", "") == "last words"
 
 
 def test_dnf_retries_a_503_and_locks_the_versions(sleeps: list[float]) -> None:
@@ -184,7 +188,7 @@ def dpkg_node(audit: str, configure: Reply = (0, "", "")) -> Callable[[list[str]
 def updates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "updates"
     path.mkdir()
-    monkeypatch.setattr(pp, "DPKG_UPDATES", str(path))
+    monkeypatch.setattr(runner, "DPKG_UPDATES", str(path))
     return path
 
 

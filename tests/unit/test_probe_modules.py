@@ -237,7 +237,7 @@ def run_pinned(node: AptNode, packages: list[dict[str, str]], replaced: list[Any
                monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     node.params.update(packages=packages, replaced=replaced)
     monkeypatch.setattr(pinned, "AnsibleModule", lambda **_: node)
-    monkeypatch.setattr(pinned.os.path, "exists", lambda p: p == "/usr/bin/dpkg-query")
+    monkeypatch.setattr(os.path, "exists", lambda p: p == "/usr/bin/dpkg-query")
     monkeypatch.setattr(pinned, "apt_recover", lambda module: False)
     with pytest.raises(SystemExit):
         pinned.main()
