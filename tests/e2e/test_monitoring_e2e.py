@@ -33,7 +33,7 @@ from provisioner.paths import collection_root
 from provisioner.sim.cluster import SIM_MONITORING_PERIODS
 from provisioner.sim.tools.node import FAULTS_FILE, GPU_LOAD_FILE, IB_SYSFS, KERNEL_LOG
 from tests.e2e import conftest as e2e
-from tests.e2e.conftest import FirstUp, newest_report
+from tests.e2e.conftest import FirstUp
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = pytest.mark.e2e
@@ -67,15 +67,11 @@ def sh(node: str, script: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp, runs_dir: Path) -> Path:
-    # The session's shared cluster, healed; this module's own (converged, fast) `up` is the
-    # run whose report and output the tests read.
-    inv = e2e.heal(cli, sim_inventory, first_up)
-    out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
-    # Beside the inventory directory, not in it (Ansible parses every file there).
-    (inv.parent / f"{inv.name}-up.out").write_text(out.stdout)
-    return inv
+def cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp) -> Path:
+    # The session's shared cluster, healed. The session's first `up` (the whole flow) is the
+    # run whose report and output the tests read: no `up` of this module's own (a converged
+    # rerun would cost a minute and prove nothing the first one does not).
+    return e2e.heal(cli, sim_inventory, first_up)
 
 
 @pytest.fixture(scope="module")
@@ -137,17 +133,17 @@ def textfile_status(node: str) -> int | None:
 
 
 def test_up_runs_the_monitoring_phase_and_says_where_prometheus_listens(
-        cluster: Path, prometheus: str, runs_dir: Path) -> None:
-    report = newest_report(runs_dir)
+        cluster: Path, prometheus: str, first_up: FirstUp) -> None:
+    report = first_up.report
     assert [p["name"] for p in report["phases"]] == ["preflight", "stack", "fabric", "validate",
-                                                      "monitoring", "scheduler"]
+                                                      "monitoring", "scheduler", "facts",
+                                                      "smoke"]
     assert all(p["ok"] for p in report["phases"])
     [monitor] = hosts(cluster)["monitoring"]
     # Recorded in the report, printed at the end of `up`: the login container's address on
     # the podman network, which this machine reaches directly.
     assert report["hosts"][monitor]["facts"]["monitoring"]["prometheus_url"] == prometheus
-    printed = (cluster.parent / f"{cluster.name}-up.out").read_text()
-    assert f"Prometheus on {monitor}: {prometheus}" in " ".join(printed.split())
+    assert f"Prometheus on {monitor}: {prometheus}" in " ".join(first_up.stdout.split())
     assert any(n.startswith(f"Prometheus on {monitor}: {prometheus}") for n in report["notes"])
     with urllib.request.urlopen(urllib.parse.urljoin(prometheus, "-/ready"), timeout=10) as r:
         assert r.status == 200
@@ -276,14 +272,14 @@ def test_gpu_at_95_percent_fires_gpu_utilization_high(faults: dict[str, Any],
 
 
 def test_screenshot_of_the_alerts_page(cluster: Path, faults: dict[str, Any], prometheus: str,
-                                       runs_dir: Path) -> None:
+                                       runs_dir: Path, first_up: FirstUp) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (make system-deps installs it)")
     eventually("GpuClusterXidErrors firing", lambda: firing(prometheus, "GpuClusterXidErrors"))
     # The page the monitoring role published (Debian's Prometheus: the classic UI's), saved
-    # under the run directory of the `up` that installed this Prometheus.
-    report = newest_report(runs_dir)
+    # under the run directory of the `up` that installed this Prometheus (the session's first).
+    report = first_up.report
     [monitor] = hosts(cluster)["monitoring"]
     url = report["hosts"][monitor]["facts"]["monitoring"]["alerts_url"]
     shot = runs_dir / report["run_id"] / "prometheus-alerts.png"
