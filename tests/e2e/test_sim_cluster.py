@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import plan as plan_mod
+from provisioner.smokerun import SIM_TIMEOUT_S
 from tests.e2e.conftest import (
     SIM_NODES,
     FirstUp,
@@ -250,13 +251,20 @@ def test_killing_a_node_ends_the_smoke_job_with_a_failure_naming_it(
     elapsed = time.monotonic() - started
     killer.join(timeout=5)
     assert out.returncode == 1
-    # The job's collective timeout is 180 s; a dead peer must end it well before a hang would.
+    # The job's collective timeout is 90 s here; a dead peer must end it well before a hang.
     assert elapsed < 400
     report = newest_report(runs_dir)
     smoke = report["phases"][-1]
     assert smoke["hosts"]["sim-gpu-2"]["unreachable"] == 1
     assert "sim-gpu-2" in out.stdout
     if (inventory / "hosts.yml").read_text().count("slurm_controller"):
+        # Under Slurm, srun waits for the dead node's step until slurmctld declares the node
+        # DOWN (SlurmdTimeout, 300 s): the watch cancels the job once srun's own wait after the
+        # failed task is over, so the whole command (both passes) ends before the node-side
+        # bound of the multi-node pass alone (timeout 2 x 90 s + 60 s) would have.
+        assert elapsed < 2 * SIM_TIMEOUT_S + 60, elapsed
+        log = (runs_dir / report["run_id"] / "smoke" / "sim-gpu-1-inter.log").read_text()
+        assert "gpuc_srun_watch: a task of gpuc-smoke-" in log, log[-2000:]
         # The failed job was cancelled: nothing of it runs or waits on the other nodes.
         queue = subprocess.run(["podman", "exec", "sim-login-1", "squeue", "-h", "-o", "%j %T"],
                                capture_output=True, text=True, timeout=60, check=False)
