@@ -31,22 +31,23 @@ def script(path: Path, body: str) -> Path:
     return path
 
 
-def fakes(tmp_path: Path, srun_body: str) -> tuple[Path, Path]:
+def fakes(tmp_path: Path, srun_body: str, ends_srun: bool = True) -> tuple[Path, Path]:
     """A fake srun (its pid in srun.pid, each signal it gets in srun.signals) and a fake
-    scancel that records its argv and ends srun as slurmctld's cancellation would."""
+    scancel that records its argv and (``ends_srun``) ends srun as slurmctld's cancellation
+    can; otherwise srun goes on waiting, as it does for a dead node's step."""
     srun = script(tmp_path / "srun", (
         f"trap 'echo TERM >> {tmp_path}/srun.signals; exit 143' TERM\n"
         f"trap 'echo USR1 >> {tmp_path}/srun.signals; exit 1' USR1\n"
         f"echo $$ > {tmp_path}/srun.pid\n" + srun_body))
     scancel = script(tmp_path / "scancel", (
         f'echo "$@" > {tmp_path}/scancel.args\n'
-        f"kill -USR1 $(cat {tmp_path}/srun.pid)\n"))
+        + (f"kill -USR1 $(cat {tmp_path}/srun.pid)\n" if ends_srun else "")))
     return srun, scancel
 
 
-def run_watch(tmp_path: Path, srun_body: str, margin: float = 0.5,
-              timeout: float = 30) -> tuple[subprocess.CompletedProcess[str], float]:
-    srun, scancel = fakes(tmp_path, srun_body)
+def run_watch(tmp_path: Path, srun_body: str, margin: float = 0.5, timeout: float = 30,
+              ends_srun: bool = True) -> tuple[subprocess.CompletedProcess[str], float]:
+    srun, scancel = fakes(tmp_path, srun_body, ends_srun)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, str(WATCH), "--job-name", "gpuc-smoke-run1-inter", "--margin",
@@ -67,6 +68,15 @@ def test_a_failed_task_and_a_step_that_never_ends_are_cancelled(tmp_path: Path) 
     assert FAILED_LINES.format(wait=1) in done.stderr
     assert "gpuc-smoke-run1-inter failed and srun still waits" in done.stderr
     assert took < 15, took  # announced 1 s + 0.5 s margin, not the 30 s kill deadline
+
+
+def test_srun_still_waiting_after_the_cancel_is_killed(tmp_path: Path) -> None:
+    body = (f"printf '{FAILED_LINES.format(wait=1)}' >&2\n"
+            "while true; do sleep 0.1; done\n")
+    done, took = run_watch(tmp_path, body, ends_srun=False)
+    assert (tmp_path / "scancel.args").exists()
+    assert done.returncode == 137, done.stderr  # SIGKILL
+    assert 1.5 + 5 <= took < 20, took  # the wait, the margin, then 5 s for srun to end
 
 
 def test_a_job_that_ends_by_itself_is_not_cancelled(tmp_path: Path) -> None:

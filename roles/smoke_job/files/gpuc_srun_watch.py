@@ -6,7 +6,8 @@ died under the job never answers, and srun then waits until slurmctld declares i
 (SlurmdTimeout, 300 s by default): the smoke job, which already failed, holds the run for
 minutes. This wrapper passes srun's output through unchanged; once srun reported a failed
 task (or the aborted step) and has not ended within the wait it announced plus a margin, it
-cancels the job through slurmctld (``scancel --name``), which ends srun at once, and exits
+cancels the job through slurmctld (``scancel --name``), kills srun if it is still waiting 5 s
+later (the job is gone; srun would wait KillWait again for the same dead node), and exits
 non-zero. Signals it gets (the outer ``timeout``, Ctrl-C) go to srun.
 
 Usage: gpuc_srun_watch.py --job-name NAME [--margin S] [--scancel PATH] -- srun ARGS...
@@ -30,6 +31,8 @@ FAILED = re.compile(r"^srun: error: \S+: tasks? [\d,\-]+: |^srun: Job step abort
 ANNOUNCED = re.compile(r"Waiting up to (\d+) seconds for job step to finish")
 # Without an announced wait: slurm.conf's default KillWait (30 s) plus srun's 2.
 DEFAULT_WAIT_S = 32
+# How long srun may take to end after the job was cancelled before it is killed.
+CANCELLED_WAIT_S = 5
 
 
 class Watch:
@@ -91,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([args.scancel, "--quiet", "--name", args.job_name], check=False,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
             cancelled = True
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + CANCELLED_WAIT_S
         if cancelled and time.monotonic() > deadline:
+            # Cancelled, srun waits for the step again (KillWait + 2 s, for the same dead
+            # node): the job is gone from slurmctld, nothing is left for srun to collect.
             proc.kill()
         time.sleep(args.poll)
     reader.join(timeout=5)
