@@ -64,7 +64,7 @@ def pump(stream, watch: Watch) -> None:  # type: ignore[no-untyped-def]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--job-name", required=True)
     parser.add_argument("--margin", type=float, default=8.0,
                         help="seconds past srun's own announced wait before cancelling")
