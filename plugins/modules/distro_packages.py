@@ -19,7 +19,9 @@ description:
   - Installs nothing in check mode; reports the packages it would install as changed.
 options:
   names:
-    description: Package names (real packages, not virtual ones or rpm provides).
+    description:
+      - Package names (real packages, not virtual ones or rpm provides), without a version or
+        an architecture qualifier.
     type: list
     elements: str
     required: true
@@ -136,10 +138,11 @@ def main():
         supports_check_mode=True,
     )
     names = list(dict.fromkeys(module.params["names"]))
-    bad = [n for n in names if not n or n != n.strip() or n.startswith("-") or "=" in n]
+    bad = [n for n in names
+           if not n or n != n.strip() or n.startswith("-") or "=" in n or ":" in n]
     if bad:
-        module.fail_json(msg="names must be package names (no version, option or blank): %r"
-                             % (bad,))
+        module.fail_json(msg="names must be package names (no version, architecture, option or "
+                             "blank): %r" % (bad,))
     apt = uses_apt()
     before = versions(module, names, apt) if names else {}
     missing = [n for n in names if not before[n]]

@@ -180,7 +180,7 @@ def test_the_dnf_path_installs_the_missing_with_dnf(monkeypatch: pytest.MonkeyPa
     assert dnf[1:] == ["install", "-y", "slurm-slurmd"]
 
 
-@pytest.mark.parametrize("names", [["munge=0.5.15-2"], ["--reinstall"], [" munge"], [""]])
+@pytest.mark.parametrize("names", [["munge=0.5.15-2"], ["libc6:amd64"], ["--reinstall"], [" munge"], [""]])
 def test_a_bad_name_fails_in_one_line_before_reading_the_node(
         names: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     node = Node({})
