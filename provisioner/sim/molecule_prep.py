@@ -103,10 +103,24 @@ def start_mirror(image: str) -> tuple[str, str]:
     return f"http://{addr}:8080/", mirror.fingerprint
 
 
+def build_shared() -> None:
+    """What molecule and the simulated cluster both read and either would build when missing:
+    the node image and the signed mirror's files. Built before `make test` runs the two side by
+    side, so they never build them at once (afterwards each only finds them, or refreshes the
+    mirror without a write)."""
+    from provisioner.matrix import STACKS_FILE
+
+    ensure_image()
+    build_mirror(mirror_dir(), STACKS_FILE)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         podman.check_usable()
+        if args == ["--shared"]:
+            build_shared()
+            return 0
         clear_stale()
         if args == ["--cleanup"]:
             return 0
