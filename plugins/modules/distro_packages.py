@@ -94,27 +94,25 @@ def versions(module, names, apt):
     return {name: state.get(name, ("", None, False))[0] for name in names}
 
 
-def lists_stale(max_age, now=None):
+def lists_stale(max_age):
     """Whether apt's package lists need a refresh before an install: no package index at all,
     or the lists directory (apt-get update rewrites it) older than ``max_age`` seconds."""
     if not glob.glob(os.path.join(APT_LISTS, "*_Packages*")):
         return True
     try:
-        age = (time.time() if now is None else now) - os.stat(APT_LISTS).st_mtime
+        age = time.time() - os.stat(APT_LISTS).st_mtime
     except OSError:
         return True
     return age > max_age
 
 
 def apt_install(module, missing):
-    updated = False
-    if lists_stale(module.params["cache_valid_time"]):
-        apt_get = module.get_bin_path("apt-get", required=True)
+    apt_get = module.get_bin_path("apt-get", required=True)
+    updated = lists_stale(module.params["cache_valid_time"])
+    if updated:
         run_retrying(module, [apt_get, "update", "-q"] + apt_options(module)[:4],
                      "apt-get update", APT_ENV)
-        updated = True
     apt_recover(module)
-    apt_get = module.get_bin_path("apt-get", required=True)
     run_retrying(module, [apt_get, "install", "-y", "-q", "--no-install-recommends"]
                  + apt_options(module) + missing, "apt-get install", APT_ENV)
     return updated
