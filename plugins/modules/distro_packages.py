@@ -69,6 +69,7 @@ cache_updated:
   type: bool
 """
 
+import contextlib
 import glob
 import os
 import time
@@ -96,7 +97,8 @@ def versions(module, names, apt):
 
 def lists_stale(max_age):
     """Whether apt's package lists need a refresh before an install: no package index at all,
-    or the lists directory (apt-get update rewrites it) older than ``max_age`` seconds."""
+    or the lists directory not touched (by apt-get update, or by this module after one) for
+    ``max_age`` seconds."""
     if not glob.glob(os.path.join(APT_LISTS, "*_Packages*")):
         return True
     try:
@@ -112,6 +114,10 @@ def apt_install(module, missing):
     if updated:
         run_retrying(module, [apt_get, "update", "-q"] + apt_options(module)[:4],
                      "apt-get update", APT_ENV)
+        # apt-get update leaves the directory's mtime alone when every index was unchanged
+        # upstream: mark the refresh, so the next install within cache_valid_time skips it.
+        with contextlib.suppress(OSError):
+            os.utime(APT_LISTS, None)
     apt_recover(module)
     run_retrying(module, [apt_get, "install", "-y", "-q", "--no-install-recommends"]
                  + apt_options(module) + missing, "apt-get install", APT_ENV)
