@@ -1,40 +1,53 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Write a set of small text files into one directory in one round trip."""
+"""Write (or remove) a set of small text files in one round trip."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: file_set
-short_description: Write a set of small text files into one directory in one round trip
+short_description: Write (or remove) a set of small text files in one round trip
 description:
-  - Makes each file of O(files) exist under O(dir) with exactly the given content, mode, owner
-    and group, writing only those that differ (atomically, through a temporary file in the same
-    directory). Creates O(dir) when it is missing.
-  - One module call for the whole set, where a C(copy) loop costs two round trips per file
-    (stat, then copy or file) on every run, changed or not.
-  - Files in O(dir) that O(files) does not name are left alone. Supports check mode and diff.
+  - Makes each file of O(files) exist with exactly the given content, mode, owner and group,
+    writing only those that differ (atomically, through a temporary file in the same
+    directory), or makes it absent.
+  - With O(dir), every file goes into that one directory (created with mode C(0755) and the
+    given owner and group when missing) and is named by its plain file name. Without O(dir),
+    every key of O(files) is an absolute path; a missing parent directory is created with mode
+    C(0755), existing ones are left as they are.
+  - One module call for the whole set, where a C(copy) or C(template) task per file costs a
+    round trip or two per file on every run, changed or not.
+  - Files that O(files) does not name are left alone. Supports check mode and diff.
 options:
   dir:
-    description: Directory the files go into (created with mode C(0755) when missing).
+    description:
+      - Directory the files go into. Omitted, the keys of O(files) are absolute paths.
     type: path
-    required: true
   files:
     description:
-      - File name (no directory part) to its content (text, UTF-8).
+      - File name (with O(dir)) or absolute path (without) to what the file must be.
+      - A string is the file's content (text, UTF-8), with O(mode).
+      - A dictionary says more, with the keys C(content), C(mode) (this file's mode, instead of
+        O(mode)) and C(validate) (a command run on the new content before it replaces the file,
+        C(%s) standing for a temporary file's path, as in C(ansible.builtin.template); a non-zero
+        exit fails the task and leaves the file as it was; not run in check mode), or
+        C(state=absent) alone to remove the file.
     type: dict
     required: true
   mode:
-    description: Mode of every file, octal string.
+    description: Mode of every file that does not give its own, octal string.
     type: str
     default: "0644"
   owner:
-    description: Owner of the directory and the files.
+    description: Owner of the files (and of O(dir)).
     type: str
   group:
-    description: Group of the directory and the files.
+    description: Group of the files (and of O(dir)).
     type: str
+notes:
+  - A file holding a secret (a mirror's login) goes through this module's arguments, so the task
+    that writes it sets C(no_log).
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -47,11 +60,23 @@ EXAMPLES = r"""
       health.py: "{{ lookup('ansible.builtin.file', 'health.py', rstrip=false) }}"
     owner: root
     group: root
+
+- name: NVIDIA driver | Keep nouveau away and run the persistence daemon
+  gpucluster.provisioner.file_set:
+    files:
+      /etc/modprobe.d/blacklist-nouveau.conf: "blacklist nouveau\n"
+      /etc/apt/auth.conf.d/example.conf:
+        state: absent
+      /etc/example/secret.conf:
+        content: "token\n"
+        mode: "0600"
 """
 
 RETURN = r"""
 changed_files:
-  description: Names of the files whose content, mode or ownership was (or would be) changed.
+  description:
+    - Names (with O(dir)) or paths (without) of the files whose content, mode or ownership was
+      (or would be) changed, or that were (or would be) removed, sorted.
   returned: always
   type: list
   elements: str
@@ -61,6 +86,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+_ENTRY_KEYS = frozenset(("content", "mode", "state", "validate"))
 
 
 def _current(path):
@@ -72,15 +99,36 @@ def _current(path):
         return None
 
 
-def _write(module, directory, name, content):
+def _temp_file(module, directory, name, content, path):
+    """A new temporary file in directory holding content; its path."""
     fd, tmp = tempfile.mkstemp(prefix=".%s." % name, dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content.encode("utf-8"))
     except OSError as exc:
         os.unlink(tmp)
-        module.fail_json(msg="cannot write %s: %s" % (os.path.join(directory, name), exc))
-    module.atomic_move(tmp, os.path.join(directory, name))
+        module.fail_json(msg="cannot write %s: %s" % (path, exc))
+    return tmp
+
+
+def _write(module, path, content):
+    directory, name = os.path.split(path)
+    module.atomic_move(_temp_file(module, directory, name, content, path), path)
+
+
+def _validate(module, path, content, validate):
+    """Run validate on content (in the module's private temporary directory); a one-line
+    failure when it exits non-zero."""
+    tmp = _temp_file(module, module.tmpdir, os.path.basename(path), content, path)
+    try:
+        rc, out, err = module.run_command(validate % tmp)
+    finally:
+        os.unlink(tmp)
+    if rc != 0:
+        lines = (err or out).strip().splitlines()
+        module.fail_json(msg="file_set: %s failed validation (%s, exit %d): %s"
+                         % (path, validate.split()[0], rc, lines[-1] if lines else "no output"),
+                         stdout=out, stderr=err)
 
 
 def _attributes(module, path, mode):
@@ -90,10 +138,78 @@ def _attributes(module, path, mode):
         path=path)
 
 
+def _entry(module, key, value):
+    """(content or None for absent, mode, validate) of one entry of files, or a one-line
+    failure."""
+    default_mode = module.params["mode"]
+    if isinstance(value, str):
+        return value, default_mode, None
+    if not isinstance(value, dict) or not value or set(value) - _ENTRY_KEYS:
+        module.fail_json(msg="file_set: %s must be text or a dict of %s"
+                         % (key, ", ".join(sorted(_ENTRY_KEYS))))
+    state = value.get("state", "present")
+    if state == "absent":
+        if set(value) != {"state"}:
+            module.fail_json(msg="file_set: %s: state=absent takes no content, mode or validate"
+                             % key)
+        return None, None, None
+    if state != "present" or not isinstance(value.get("content"), str):
+        module.fail_json(msg="file_set: %s needs text content (or state=absent)" % key)
+    mode = value.get("mode", default_mode)
+    if not isinstance(mode, str):
+        module.fail_json(msg="file_set: the mode of %s must be an octal string" % key)
+    validate = value.get("validate")
+    if validate is not None and (not isinstance(validate, str) or "%s" not in validate):
+        module.fail_json(msg="file_set: the validate command of %s must contain %%s" % key)
+    return value["content"], mode, validate
+
+
+def _path(module, directory, key):
+    """The absolute path of one key of files, or a one-line failure."""
+    if directory is not None:
+        if not key or "/" in key or key in (".", ".."):
+            module.fail_json(msg="file_set: %r is not a plain file name" % (key,))
+        return os.path.join(directory, key)
+    if not os.path.isabs(key) or os.path.normpath(key) != key or key == "/":
+        module.fail_json(msg="file_set: %r is not a normalised absolute file path (no dir given)"
+                         % (key,))
+    return key
+
+
+def _make_dir(module, path, owned):
+    """Create a missing directory (0755); with owned, also set its owner and group. Whether
+    anything changed."""
+    made = False
+    if not os.path.isdir(path):
+        made = True
+        if not module.check_mode:
+            try:
+                os.makedirs(path, 0o755)
+            except OSError as exc:
+                module.fail_json(msg="cannot create %s: %s" % (path, exc))
+    if owned and os.path.isdir(path):
+        made = module.set_fs_attributes_if_different(_attributes(module, path, "0755"), made) or made
+    return made
+
+
+def _remove(module, path):
+    """Remove one file; whether it was there (a directory there is a failure)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        module.fail_json(msg="file_set: %s is a directory, not a file to remove" % path)
+    if not os.path.lexists(path):
+        return False
+    if not module.check_mode:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            module.fail_json(msg="cannot remove %s: %s" % (path, exc))
+    return True
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            dir=dict(type="path", required=True),
+            dir=dict(type="path"),
             files=dict(type="dict", required=True),
             mode=dict(type="str", default="0644"),
             owner=dict(type="str"),
@@ -102,41 +218,39 @@ def main():
         supports_check_mode=True,
     )
     directory = module.params["dir"]
-    files = module.params["files"]
-    for name, content in files.items():
-        if not name or "/" in name or name in (".", ".."):
-            module.fail_json(msg="file_set: %r is not a plain file name" % (name,))
-        if not isinstance(content, str):
-            module.fail_json(msg="file_set: the content of %s is not text" % name)
+    # Every entry is checked before anything on the node changes.
+    plan = [(key, _path(module, directory, key)) + _entry(module, key, value)
+            for key, value in sorted(module.params["files"].items())]
+    # New contents are validated before anything is written: an invalid one changes no file.
+    if not module.check_mode:
+        for _key, path, content, _mode, validate in plan:
+            if validate and content is not None and _current(path) != content:
+                _validate(module, path, content, validate)
     changed = []
     diffs = []
-    made_dir = False
-    if not os.path.isdir(directory):
-        made_dir = True
-        if not module.check_mode:
-            try:
-                os.makedirs(directory, 0o755)
-            except OSError as exc:
-                module.fail_json(msg="cannot create %s: %s" % (directory, exc))
-    if os.path.isdir(directory):
-        made_dir = module.set_fs_attributes_if_different(
-            _attributes(module, directory, "0755"), made_dir) or made_dir
-    for name in sorted(files):
-        path = os.path.join(directory, name)
-        content = files[name]
+    made_dir = _make_dir(module, directory, owned=True) if directory is not None else False
+    for key, path, content, mode, _command in plan:
         before = _current(path)
+        if content is None:
+            if _remove(module, path):
+                changed.append(key)
+                diffs.append({"before_header": path, "after_header": path,
+                              "before": before or "", "after": ""})
+            continue
+        if directory is None:
+            made_dir = _make_dir(module, os.path.dirname(path), owned=False) or made_dir
         differs = before != content
         if differs:
             diffs.append({"before_header": path, "after_header": path,
                           "before": before or "", "after": content})
             if not module.check_mode:
-                _write(module, directory, name, content)
+                _write(module, path, content)
         attrs_changed = False
         if os.path.exists(path):
             attrs_changed = module.set_fs_attributes_if_different(
-                _attributes(module, path, module.params["mode"]), False)
+                _attributes(module, path, mode), False)
         if differs or attrs_changed:
-            changed.append(name)
+            changed.append(key)
     result = {"changed": bool(changed) or made_dir, "changed_files": changed}
     if module._diff:
         result["diff"] = diffs
