@@ -127,6 +127,20 @@ def phase_seconds(runs: Path, phase: str) -> float | None:
     return next((float(p["duration_s"]) for p in phases if p["name"] == phase), None)
 
 
+def phase_durations(runs: Path) -> dict[str, float]:
+    """Every phase's own duration in the newest report, in run order."""
+    phases = json.loads((newest_run(runs) / "report.json").read_text())["phases"]
+    return {str(p["name"]): float(p["duration_s"]) for p in phases
+            if p.get("duration_s") is not None}
+
+
+# The phases the issue's "first `up`" names (preflight + stack + fabric + validate). `up
+# --skip-smoke` on the simulated cluster also runs the monitoring phase (node_health on every
+# node, Prometheus on one), which came later (the day-two issue): the wall time includes it, this
+# sum does not.
+ISSUE_UP_PHASES = ("preflight", "stack", "fabric", "validate")
+
+
 def _up(inv: Path, runs: Path, extra: dict[str, str] | None = None,
         args: tuple[str, ...] = ()) -> tuple[float, float | None]:
     wall = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke", *args],
@@ -179,10 +193,14 @@ def cluster_bench(node_counts: list[int], profile: bool) -> dict[str, Any]:
         for n in node_counts:
             sim_up(n, inv)
             first, stack_first = _up(inv, runs)
+            first_phases = phase_durations(runs)
             rerun, stack_rerun = _up(inv, runs)
             fast, stack_fast = _up(inv, runs, args=("--fast",))
             row: dict[str, Any] = {"up_first_s": round(first, 1), "up_rerun_s": round(rerun, 1),
                                    "stack_first_s": stack_first, "stack_rerun_s": stack_rerun,
+                                   "up_first_phases_s": first_phases,
+                                   "up_first_issue_phases_s": round(sum(
+                                       first_phases.get(name, 0.0) for name in ISSUE_UP_PHASES), 1),
                                    "up_rerun_fast_s": round(fast, 1),
                                    "stack_rerun_fast_s": stack_fast}
             if n == special:
@@ -228,6 +246,10 @@ def headline(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str,
     keys["up_3_nodes_s"] = rows.get("3", {}).get("up_first_s")
     if keys["up_3_nodes_s"] is None:
         why["up_3_nodes_s"] = "needs node count 3 (--nodes)"
+    # The same run's preflight + stack + fabric + validate phases only (ISSUE_UP_PHASES).
+    keys["up_3_nodes_issue_phases_s"] = rows.get("3", {}).get("up_first_issue_phases_s")
+    if keys["up_3_nodes_issue_phases_s"] is None:
+        why["up_3_nodes_issue_phases_s"] = "needs node count 3 (--nodes)"
     keys["unreachable_node_cost_s"] = result.get("unreachable", {}).get("cost_s")
     if keys["unreachable_node_cost_s"] is None:
         why["unreachable_node_cost_s"] = "not measured"

@@ -71,12 +71,13 @@ def test_headline_keys_come_from_the_node_rows_with_reasons_for_gaps() -> None:
     result = {"special_nodes": 3, "nodes": {
         "1": {"up_first_s": 40.0, "up_rerun_s": 20.0, "stack_rerun_s": 6.0,
               "floor_fresh_s": 3.0, "up_rerun_fast_s": 15.0},
-        "3": {"up_first_s": 24.0, "up_rerun_s": 25.0, "up_rerun_stock_s": 60.0}},
+        "3": {"up_first_s": 24.0, "up_first_issue_phases_s": 19.5, "up_rerun_s": 25.0,
+              "up_rerun_stock_s": 60.0}},
         "unreachable": {"cost_s": 9.5}}
     keys, why = cluster.headline(result)
     assert keys == {"stack_rerun_over_floor": 2.0, "rerun_8_over_1": None,
                     "fast_over_tuned": 0.75, "tuned_over_stock": 0.42, "up_3_nodes_s": 24.0,
-                    "unreachable_node_cost_s": 9.5}
+                    "up_3_nodes_issue_phases_s": 19.5, "unreachable_node_cost_s": 9.5}
     assert why == {"rerun_8_over_1": "needs node counts 1 and 8 (--nodes)"}
 
 
@@ -105,3 +106,18 @@ def test_the_mixed_inventory_plans(tmp_path: Path) -> None:
     assert len(cp.inventory.gpu_hosts) == 100
     assert {h.profile.name for h in cp.hosts.values() if h.profile} == {
         "hgx-h100-8gpu", "hgx-h200-8gpu", "hgx-b200-8gpu"}
+
+
+def test_the_issue_phases_are_summed_from_the_report(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "20261126-000000-abcd"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps({"phases": [
+        {"name": "preflight", "duration_s": 1.5}, {"name": "stack", "duration_s": 10.0},
+        {"name": "fabric", "duration_s": 4.0}, {"name": "validate", "duration_s": 2.0},
+        {"name": "monitoring", "duration_s": 7.0}, {"name": "smoke", "duration_s": None}]}))
+    phases = cluster.phase_durations(tmp_path)
+    assert phases == {"preflight": 1.5, "stack": 10.0, "fabric": 4.0, "validate": 2.0,
+                      "monitoring": 7.0}
+    assert sum(phases[p] for p in cluster.ISSUE_UP_PHASES) == 17.5
