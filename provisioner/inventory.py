@@ -161,10 +161,15 @@ def _parse_events(text: str) -> None:
 
 def _check_yaml_syntax(source: Path) -> None:
     """Unreadable files and YAML syntax errors as one line ``FILE:LINE:COL: message`` (Ansible
-    would print a page of warnings from each inventory plugin it tried). Only the syntax is
+    would print a page of warnings from each inventory plugin it tried), in the inventory and
+    in the group_vars/ and host_vars/ Ansible reads with it. Only the syntax is
     checked (``yaml.parse`` builds no objects, so Ansible's tags such as ``!vault`` pass)."""
-    files = [source] if source.is_file() else sorted(
-        p for p in source.rglob("*") if p.is_file() and p.suffix in YAML_SUFFIXES)
+    # A single inventory file: Ansible also reads the group_vars/ and host_vars/ beside it.
+    tree = source.parent if source.is_file() else source
+    subdirs = [tree / "group_vars", tree / "host_vars"] if source.is_file() else [tree]
+    files = ([source] if source.is_file() else []) + sorted(
+        p for d in subdirs if d.is_dir()
+        for p in d.rglob("*") if p.is_file() and p.suffix in YAML_SUFFIXES)
     for file in files:
         try:
             text = file.read_bytes().decode("utf-8")
