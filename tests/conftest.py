@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,39 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 # GPUC_CAPTURES points elsewhere (a git worktree does not sit beside ../shared).
 CAPTURES = Path(os.environ.get("GPUC_CAPTURES") or ROOT.parent / "shared" / "captures")
+
+
+# `make mutation` (mutmut sets MUTANT_UNDER_TEST in its pytest process): processes a test starts
+# import mutmut's mutated copy of the package and report the functions they reach
+# (tests/mutmut_subprocess/sitecustomize.py); nothing of this happens in any other run.
+MUTMUT_HOOK_DIR = Path(__file__).resolve().parent / "mutmut_subprocess"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        yield
+        return
+    hits = Path(item.config.rootpath) / ".mutmut-subprocess-hits"
+    hits.unlink(missing_ok=True)
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "GPUC_MUTMUT_HITS")}
+    # mutmut runs the tests from its mutants/ directory: the package there is the mutated one.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path.cwd()), str(MUTMUT_HOOK_DIR), saved["PYTHONPATH"]) if p)
+    os.environ["GPUC_MUTMUT_HITS"] = str(hits)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if hits.exists():
+            import mutmut
+
+            mutmut.state()._stats.update(hits.read_text().split())
+            hits.unlink()
 
 
 @pytest.fixture
