@@ -165,11 +165,11 @@ def _check_yaml_syntax(source: Path) -> None:
     in the group_vars/ and host_vars/ Ansible reads with it. Only the syntax is
     checked (``yaml.parse`` builds no objects, so Ansible's tags such as ``!vault`` pass)."""
     # A single inventory file: Ansible also reads the group_vars/ and host_vars/ beside it.
-    tree = source.parent if source.is_file() else source
-    subdirs = [tree / "group_vars", tree / "host_vars"] if source.is_file() else [tree]
-    files = ([source] if source.is_file() else []) + sorted(
-        p for d in subdirs if d.is_dir()
-        for p in d.rglob("*") if p.is_file() and p.suffix in YAML_SUFFIXES)
+    single = source.is_file()
+    roots = [source.parent / "group_vars", source.parent / "host_vars"] if single else [source]
+    files = ([source] if single else []) + sorted(
+        p for root in roots if root.is_dir()
+        for p in root.rglob("*") if p.is_file() and p.suffix in YAML_SUFFIXES)
     for file in files:
         try:
             text = file.read_bytes().decode("utf-8")

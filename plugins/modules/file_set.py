@@ -193,9 +193,7 @@ def _make_dir(module, path, owned):
 
 
 def _remove(module, path):
-    """Remove one file; whether it was there (a directory there is a failure)."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        module.fail_json(msg="file_set: %s is a directory, not a file to remove" % path)
+    """Remove one file (main() refused a directory there); whether it was there."""
     if not os.path.lexists(path):
         return False
     if not module.check_mode:
@@ -218,19 +216,23 @@ def main():
         supports_check_mode=True,
     )
     directory = module.params["dir"]
-    # Every entry is checked before anything on the node changes.
-    plan = [(key, _path(module, directory, key)) + _entry(module, key, value)
-            for key, value in sorted(module.params["files"].items())]
+    # Every entry is checked, and each file read once, before anything on the node changes.
+    plan = []
+    for key, value in sorted(module.params["files"].items()):
+        path = _path(module, directory, key)
+        content, mode, validate = _entry(module, key, value)
+        if content is None and os.path.isdir(path) and not os.path.islink(path):
+            module.fail_json(msg="file_set: %s is a directory, not a file to remove" % path)
+        plan.append((key, path, content, mode, validate, _current(path)))
     # New contents are validated before anything is written: an invalid one changes no file.
     if not module.check_mode:
-        for _key, path, content, _mode, validate in plan:
-            if validate and content is not None and _current(path) != content:
+        for _key, path, content, _mode, validate, before in plan:
+            if validate and content is not None and before != content:
                 _validate(module, path, content, validate)
     changed = []
     diffs = []
     made_dir = _make_dir(module, directory, owned=True) if directory is not None else False
-    for key, path, content, mode, _command in plan:
-        before = _current(path)
+    for key, path, content, mode, _command, before in plan:
         if content is None:
             if _remove(module, path):
                 changed.append(key)

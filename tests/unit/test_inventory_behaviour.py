@@ -146,7 +146,7 @@ def test_a_syntax_error_in_host_vars_beside_an_inventory_file_names_its_line(
     group = write(tmp_path / "group_vars" / "all" / "site.yaml", "a: 1\n  b: 2\n")
     assert load_error(path) == f"{group}:2:4: mapping values are not allowed here"
     group.write_text("a: 1\n")
-    write(tmp_path / "group_vars" / "README.txt", "\xe9t\xe9")  # not YAML: not read
+    (tmp_path / "group_vars" / "README.txt").write_bytes(b"\xe9t\xe9")  # not UTF-8, not YAML: not read
     assert inventory.load(path).hosts["gpu-01"].vars["gpu_profile"] == "hgx-h100-8gpu"
 
 
