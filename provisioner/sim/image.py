@@ -28,8 +28,10 @@ from provisioner.sim import podman
 
 SUITES = {"bookworm": "debian12", "trixie": "debian13"}
 
+# A node as a minimal install leaves it: what the roles need beyond this (python3-venv for the
+# smoke job's venv, python3-packaging for Ansible's pip module, ...) they must install themselves.
 PACKAGES = (
-    "python3", "python3-apt", "python3-venv", "systemd", "systemd-sysv", "dbus",
+    "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
     "openssh-server", "iproute2", "sudo", "gnupg", "pciutils", "kmod", "procps",
     "ca-certificates", "python3-debian",
 )
@@ -106,14 +108,15 @@ ln -sf rocky-release /etc/redhat-release
 ln -sf rocky-release /etc/system-release
 # Without it Ansible's facts say Debian (pkg_mgr apt) whatever os-release says.
 rm -f /etc/debian_version
-# The OS packages the roles install (the RDMA userspace, python3, ping) and the kernel's own
-# packages (what nvidia_driver_hold_kernel locks) come from Rocky's own
-# repositories, which are not reachable here: Debian's builds are installed (the packages above)
-# and registered in the rpm database under Rocky's package names, so dnf finds them installed.
+# The OS packages the roles install (the RDMA userspace, python3 with its venv module,
+# python3-packaging, ping) and the kernel's own packages (what nvidia_driver_hold_kernel
+# locks) come from Rocky's own repositories, which are not reachable here: Debian's builds are
+# installed (the packages above) and registered in the rpm database under Rocky's package
+# names, so dnf finds them installed.
 # Version 0, release "debian": no Rocky version is claimed.
 mkdir -p /tmp/os-rpms
-for name in rdma-core libibverbs-utils infiniband-diags perftest python3 iputils \
-    kernel kernel-core kernel-modules kernel-modules-core; do
+for name in rdma-core libibverbs-utils infiniband-diags perftest python3 python3-packaging \
+    iputils kernel kernel-core kernel-modules kernel-modules-core; do
   printf '%s\n' "Name: $name" "Version: 0" "Release: debian" \
     "Summary: SIMULATED stand-in for $name (Debian's build underneath)" \
     "License: LicenseRef-simulated" "BuildArch: x86_64" "AutoReqProv: no" \
@@ -154,7 +157,7 @@ IMITATIONS: dict[str, Imitation] = {
         "bookworm",
         ("dnf", "python3-dnf", "rpm", "dnf-plugins-core", "gir1.2-modulemd-2.0", "python3-gi",
          "libmodulemd-tools", "rdma-core", "ibverbs-utils", "infiniband-diags", "perftest",
-         "iputils-ping"),
+         "iputils-ping", "python3-venv", "python3-packaging"),
         _identity_script(_ROCKY9_OS_RELEASE, {}) + _ROCKY9_SETUP),
 }
 # Every OS a node image can be built for: NVIDIA's repository directory names, plus rocky9.

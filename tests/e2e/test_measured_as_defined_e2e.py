@@ -3,8 +3,8 @@
 On the shared cluster, the first `up`'s report states every skip with its reason (nccl-tests:
 the simulator's nvcc stand-in cannot compile; ib_write_bw: no RDMA device) and the wheelhouse
 pins every wheel by its sha256. On a cluster of its own, Debian 13 ("trixie", Python 3.13 where
-this controller runs 3.11), `provisioner smoke` installs PyTorch from wheels built for the
-node's Python, found by the smoke phase's fresh facts. No `up` there: preflight refuses Debian
+this controller runs 3.11), `provisioner smoke --framework tensorflow` installs TensorFlow's CPU build
+from hashed wheels built for the node's Python, found by the smoke phase's fresh facts. No `up` there: preflight refuses Debian
 13 by design (the stack matrix has no debian13 repository), and the smoke job on the simulated
 cluster needs no NVIDIA stack (gloo on CPU processes).
 
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.e2e
 NO_RDMA = "no RDMA device with an ACTIVE port and a verbs device on this host (ibv_devices lists "
 # roles/smoke_job's default for the PyTorch job.
 SMOKE_VENV = "/opt/gpu-cluster-provisioner/smoke-venv"
+SMOKE_VENV_TF = SMOKE_VENV + "-tensorflow"
 # Building the node image (debootstrap) and downloading PyTorch for a new platform take long.
 SLOW_S = 3600
 
@@ -100,12 +101,10 @@ def trixie(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -
     return inv
 
 
-# Pending (issue 11), seen in this test: for cp313 pip resolves PyPI's CUDA build of torch
-# 2.13.0 (this machine's local wheel sources hold the CPU build for cp311 only), and its
-# dependency nvidia-nccl-cu13 2.29.7 is tagged manylinux_2_18, which the wheelhouse's tag list
-# skipped ("No matching distribution"). The list now holds every manylinux_2_17..2_28; not rerun
-# since, and a node without GPUs should get torch's CPU build rather than GBs of CUDA wheels.
-@pytest.mark.pending
+# The smoke job's TensorFlow framework: tensorflow-cpu 2.21.0 publishes cp313 manylinux wheels
+# on PyPI. PyTorch's CPU build for cp313 comes from no source this machine reaches (its cp311
+# CPU wheel is a local file), and PyPI's torch 2.13.0 for cp313 is the CUDA build with gigabytes
+# of NVIDIA wheels: right for a real GPU node, not for a simulated one.
 def test_smoke_on_debian13_installs_wheels_built_for_its_python(cli: Cli, trixie: Path,
                                                                  runs_dir: Path) -> None:
     if sys.version_info[:2] == (3, 13):
@@ -114,23 +113,30 @@ def test_smoke_on_debian13_installs_wheels_built_for_its_python(cli: Cli, trixie
                           "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
     assert release.stdout.split() == ["trixie", "3.13"], release.stdout + release.stderr
 
-    out = cli("smoke", "--inventory", str(trixie), "--launcher", "direct", timeout=SLOW_S)
+    out = cli("smoke", "--inventory", str(trixie), "--launcher", "direct",
+              "--framework", "tensorflow", timeout=SLOW_S)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
 
     report = newest_report(runs_dir)
     assert report["command"] == "smoke"
     assert [p["name"] for p in report["phases"]] == ["facts", "smoke"]
+    assert report["smoke"]["framework"] == "tensorflow"
+    runs = [run for run in report["smoke"]["runs"] if run["host"] == "sim-gpu-1"]
+    assert runs and all(run["verdict"]["passed"] for run in runs), runs
     assert platform_key(report, "sim-gpu-1") == "cp313-x86_64"
     assert not [n for n in report["notes"] if n.startswith("wheelhouse:")], report["notes"]
-    requirements = requirement_lines(wheelhouse_dir(trixie) / "cp313-x86_64" / "requirements.txt")
+    pinned = wheelhouse_dir(trixie) / "tensorflow" / "cp313-x86_64" / "requirements.txt"
+    requirements = requirement_lines(pinned)
     assert [ln for ln in requirements.values() if "--hash=sha256:" not in ln] == []
+    assert "torch" not in requirements
 
-    # The node's venv holds the torch that requirements.txt pins, from a cp313 wheel.
+    # The node's venv holds the TensorFlow that requirements.txt pins, from a cp313 wheel.
     installed = podman_exec("sim-gpu-1", (
-        f"{SMOKE_VENV}/bin/python -c 'import importlib.metadata as m, torch; "
-        "d = m.distribution(\"torch\"); print(d.version); print(d.read_text(\"WHEEL\"))'"))
+        f"{SMOKE_VENV_TF}/bin/python -c 'import importlib.metadata as m; "
+        "d = m.distribution(\"tensorflow-cpu\"); print(d.version); print(d.read_text(\"WHEEL\"))'"))
     assert installed.returncode == 0, installed.stderr
     version, *wheel = installed.stdout.splitlines()
-    assert requirements["torch"].startswith(f"torch=={version} "), (requirements["torch"], version)
+    assert requirements["tensorflow-cpu"].startswith(f"tensorflow-cpu=={version} "), (
+        requirements["tensorflow-cpu"], version)
     tags = [ln.split(":", 1)[1].strip() for ln in wheel if ln.startswith("Tag:")]
     assert tags and all(tag.startswith("cp313-cp313-") for tag in tags), wheel
