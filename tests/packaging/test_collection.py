@@ -88,7 +88,8 @@ def tar_member(tarball: Path, name: str) -> str:
         return member.read().decode()
 
 
-@pytest.mark.parametrize("module", ["pinned_packages", "node_preflight", "gpu_node_facts"])
+@pytest.mark.parametrize("module", ["pinned_packages", "node_preflight", "gpu_node_facts",
+                                    "release_archive"])
 def test_installed_collection_documents_its_modules(installed: Path, tmp_path: Path,
                                                     module: str) -> None:
     doc = run([BIN / "ansible-doc", "--json", "-t", "module", f"{FQCN}.{module}"], cwd=tmp_path,
