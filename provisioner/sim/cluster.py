@@ -45,6 +45,7 @@ from provisioner.sim.faults import (
 from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.packages import Mirror, build_mirror
+from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files
 from provisioner.sim.sysfs import write_ib_sysfs
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
@@ -241,7 +242,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
         apply_faults(spec, profile_json, say)
         apply_mirror_faults(spec, say)
         mirror = _build_mirror(spec)  # cheap when nothing changed; picks up stacks.yml edits
-        _write_inventory(cluster, mirror.fingerprint)
+        _write_inventory(cluster, mirror)
         say("reusing the running simulated cluster (same nodes, profile and OS)")
         return cluster
     clear_stale(say)
@@ -256,8 +257,12 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     apply_mirror_faults(spec, say)
     _start_mirror(spec, image.name, fixed[MIRROR])
     known_hosts: list[tuple[str, str]] = []
+    # EL nodes run Debian's builds of Prometheus' programs from the simulated release tarballs:
+    # the data files those builds read (upstream's builds embed them) go where they look.
+    extra = runtime_files(_release_debs()) if spec.os in EPEL_ONLY_OSES else {}
     for name, group in spec.node_names():
-        host_pub, payload = _node_payload(name, group, client_key, kernel, profile_json, spec)
+        host_pub, payload = _node_payload(name, group, client_key, kernel, profile_json, spec,
+                                          extra)
         # A fixed address, as a real node has (static or a DHCP reservation): a node that is
         # stopped and started again keeps it, so a rerun after a reboot changes nothing.
         podman.run(["create", "--name", name, "--hostname", name, "--network", NETWORK,
@@ -274,7 +279,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
     _wait_for_ssh(cluster.addresses, say)
     _install_kernel_packages(spec, kernel, say)
-    _write_inventory(cluster, mirror.fingerprint)
+    _write_inventory(cluster, mirror)
     return cluster
 
 
@@ -333,11 +338,21 @@ def _readdress_known_hosts(path: Path, addresses: Mapping[str, str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _release_debs() -> Path:
+    """Where Debian's builds of Prometheus' programs are cached (sim/releases.py)."""
+    return cache_dir() / "sim" / "release-debs"
+
+
 def _build_mirror(spec: SimSpec) -> Mirror:
     from provisioner.matrix import STACKS_FILE
 
     # The rpm repositories need rpmbuild and createrepo_c: built for Rocky nodes only.
-    return build_mirror(mirror_dir(), STACKS_FILE, rpm=spec.os == "rocky9")
+    mirror = build_mirror(mirror_dir(), STACKS_FILE, rpm=spec.os == "rocky9")
+    if spec.os in EPEL_ONLY_OSES:
+        # Prometheus, Alertmanager and node_exporter as release tarballs (no EL package).
+        mirror = Mirror(mirror.root, mirror.fingerprint,
+                        build_releases(mirror_dir(), _release_debs()))
+    return mirror
 
 
 def _labels(spec: SimSpec) -> list[str]:
@@ -406,7 +421,8 @@ def host_keypair(name: str) -> tuple[bytes, str]:
 
 
 def _node_payload(name: str, group: str, client_key: Path, kernel: str,
-                  profile_json: Mapping[str, Any], spec: SimSpec) -> tuple[str, bytes]:
+                  profile_json: Mapping[str, Any], spec: SimSpec,
+                  extra: Mapping[str, bytes] | None = None) -> tuple[str, bytes]:
     """A tar stream copied into the container before it boots: host key, authorized key and,
     on GPU nodes, the simulated hardware description."""
     priv, pub = host_keypair(name)
@@ -434,6 +450,11 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
                 _add_symlink(tar, path, data.decode())
             else:
                 _add_file(tar, path, data, mode)
+        for path, data in sorted((extra or {}).items()):
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                _add_dir(tar, "/".join(parts[:depth]), 0o755)
+            _add_file(tar, path, data, 0o644)
     return host_pub, buf.getvalue()
 
 
@@ -538,7 +559,8 @@ SIM_SLURM_VARS: dict[str, Any] = {
 }
 
 
-# Imitated OSes whose Slurm and Prometheus packages live outside the OS repositories (EPEL).
+# Imitated OSes whose Slurm and Prometheus packages live outside the OS repositories (EPEL):
+# Slurm is off there, Prometheus' programs come from release tarballs.
 EPEL_ONLY_OSES = ("rocky9",)
 
 
@@ -749,7 +771,7 @@ def _wait_for_ssh(addresses: Mapping[str, str], say: Progress, timeout: float = 
     say("sshd is up on every node")
 
 
-def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
+def _write_inventory(cluster: SimCluster, mirror: Mirror) -> None:
     inv = cluster.inventory_dir
     keydir = sim_state_dir() / "ssh"
     groups: dict[str, dict[str, Any]] = {"gpu_nodes": {"hosts": {}}, "cpu_nodes": {"hosts": {}}}
@@ -759,16 +781,24 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
             host["gpu_profile"] = cluster.spec.profile
         groups[group]["hosts"][name] = host
     if cluster.spec.os in EPEL_ONLY_OSES:
-        # Slurm, node_exporter, Prometheus and Alertmanager come from EPEL or upstream release
-        # binaries on EL 9, neither reachable from here: what a site without them sets
+        # Slurm comes from EPEL on EL 9, not reachable from here: what a site without it sets
         # (README, "RHEL and Rocky"), so the simulated EL cluster runs every other phase.
-        os_vars: dict[str, Any] = {"node_health_node_exporter": False}
+        # Prometheus, Alertmanager and node_exporter come from the release tarballs the
+        # simulated mirror serves (sim/releases.py): Debian's builds, so the planned versions
+        # are the ones those binaries report.
+        releases = mirror.releases
+        os_vars: dict[str, Any] = {
+            "prometheus_releases_url": f"http://{MIRROR}:{MIRROR_PORT}/{RELEASES_DIR}",
+            "monitoring_prometheus_version": releases["prometheus"],
+            "monitoring_alertmanager_version": releases["alertmanager"],
+            "node_health_node_exporter_version": releases["node_exporter"],
+        }
     else:
         os_vars = dict(SIM_SLURM_VARS)
         groups.update(sim_slurm_groups(cluster.spec))
-        # Prometheus + Alertmanager on the first CPU node (the first GPU node without one).
-        monitor = next(iter(groups["cpu_nodes"]["hosts"] or groups["gpu_nodes"]["hosts"]))
-        groups["monitoring"] = {"hosts": {monitor: {}}}
+    # Prometheus + Alertmanager on the first CPU node (the first GPU node without one).
+    monitor = next(iter(groups["cpu_nodes"]["hosts"] or groups["gpu_nodes"]["hosts"]))
+    groups["monitoring"] = {"hosts": {monitor: {}}}
     data = {
         "all": {
             "vars": {
@@ -780,7 +810,7 @@ def _write_inventory(cluster: SimCluster, mirror_fingerprint: str) -> None:
                     "-o StrictHostKeyChecking=yes"),
                 "gpu_package_source": f"http://{MIRROR}:{MIRROR_PORT}/",
                 "gpu_package_source_dir": str(mirror_dir()),
-                "nvidia_repo_mirror_key_fingerprint": mirror_fingerprint,
+                "nvidia_repo_mirror_key_fingerprint": mirror.fingerprint,
                 **sim_inventory_vars(),
                 **os_vars,
             },

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +302,8 @@ def all_packages(matrix: StackMatrix, os_dir: str = "debian12"
 class Mirror:
     root: Path
     fingerprint: str
+    # The release tarballs it serves (EL clusters): project -> version (sim/releases.py).
+    releases: Mapping[str, str] = field(default_factory=dict)
 
 
 def build_mirror(root: Path, stacks_file: Path, rpm: bool = False) -> Mirror:

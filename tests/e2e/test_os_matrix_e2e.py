@@ -26,6 +26,7 @@ from tests.e2e.conftest import (
     podman_exec,
     uu_blacklist,
 )
+from tests.e2e.test_monitoring_e2e import api, eventually, query
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +178,55 @@ def test_a_wrong_ubuntu_revision_fails_the_stack(cli: Cli, ubuntu: Path,
     assert got == meta["version"]
 
 
+def monitoring_from_release_tarballs(cli: Cli, inv: Path, tmp_path: Path) -> None:
+    """EL 9 has no Prometheus, Alertmanager or node_exporter package: `up` installed the release
+    tarballs the simulated mirror serves (checked by the sums beside them), the running servers
+    report the planned versions, every node's node_exporter is scraped and gpuc-health's
+    metrics arrive. A pinned sum that does not match the tarball fails the monitoring phase in
+    one line and leaves the running install as it was."""
+    data = yaml.safe_load((inv / "hosts.yml").read_text())["all"]
+    planned = data["vars"]
+    [monitor] = data["children"]["monitoring"]["hosts"]
+    nodes = {**data["children"]["cpu_nodes"]["hosts"], **data["children"]["gpu_nodes"]["hosts"]}
+    base = f"http://{nodes[monitor]['ansible_host']}:9090/"
+    build = api(base, "api/v1/status/buildinfo")
+    assert build["version"].split("+")[0] == planned["monitoring_prometheus_version"], build
+    prometheus_dir = f"/opt/prometheus-{planned['monitoring_prometheus_version']}.linux-amd64"
+    links = podman_exec(monitor, "readlink -f /usr/local/bin/prometheus /usr/local/bin/amtool; "
+                        "systemctl is-active prometheus alertmanager")
+    assert links.stdout.split() == [
+        f"{prometheus_dir}/prometheus",
+        f"/opt/alertmanager-{planned['monitoring_alertmanager_version']}.linux-amd64/amtool",
+        "active", "active"], links.stdout + links.stderr
+    for node in nodes:
+        exporter = podman_exec(node, "readlink -f /usr/local/bin/node_exporter; "
+                               "systemctl is-active node_exporter")
+        assert exporter.stdout.split() == [
+            f"/opt/node_exporter-{planned['node_health_node_exporter_version']}.linux-amd64"
+            "/node_exporter", "active"], (node, exporter.stdout + exporter.stderr)
+    scraped = eventually("every node_exporter scraped", lambda: {
+        r["metric"]["instance"] for r in query(base, 'up{job="node"} == 1')} == set(nodes))
+    assert scraped
+    assert eventually("gpuc-health's status on the GPU node", lambda: [
+        r for r in query(base, "gpucluster_health_status") if r["metric"]["instance"] == "sim-gpu-1"])
+
+    # A site's pinned sum that the served tarball does not have: refused before unpacking.
+    plan = tmp_path / "plan-monitoring.yml"
+    assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
+    before = podman_exec(monitor, f"find {prometheus_dir} -printf '%p %s %T@\\n' | sort").stdout
+    wrong = "0" * 64
+    failed = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inv / "hosts.yml"), "-i", str(plan), "--limit", monitor,
+         "-e", f"monitoring_prometheus_sha256={wrong}", "playbooks/monitoring.yml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    assert failed.returncode != 0, failed.stdout[-3000:]
+    assert "checksum mismatch" in failed.stdout and wrong in failed.stdout, failed.stdout[-3000:]
+    after = podman_exec(monitor, f"find {prometheus_dir} -printf '%p %s %T@\\n' | sort").stdout
+    assert after == before
+    assert api(base, "api/v1/status/buildinfo")["version"] == build["version"]
+
+
 def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
         cli: Cli, tmp_path: Path, runs_dir: Path) -> None:
     inv = tmp_path / "inv-rocky9"
@@ -189,6 +239,7 @@ def test_up_passes_on_rocky_9_and_fails_without_the_module_stream(
     assert made.returncode == 0, made.stderr
     out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
+    monitoring_from_release_tarballs(cli, inv, tmp_path)
     # dnf-automatic's [base] excludes every package the stack installed (rpm -qa, by glob).
     conf = podman_exec("sim-gpu-1", "python3 -c 'import configparser as c; p = c.ConfigParser(); "
                        "p.read(\"/etc/dnf/automatic.conf\"); print(p[\"base\"][\"excludepkgs\"]); "

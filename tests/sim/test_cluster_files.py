@@ -229,23 +229,36 @@ def test_faults_are_injected_into_running_nodes_and_healed(
 
 
 @pytest.mark.parametrize("node_os", ["debian12", "ubuntu2404", "rocky9"])
-def test_slurm_and_prometheus_only_where_the_os_repositories_carry_them(
+def test_slurm_only_where_the_os_repositories_carry_it_and_prometheus_from_releases_on_el(
         node_os: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """EL 9 has Slurm, node_exporter and Prometheus only in EPEL (or as upstream binaries),
-    which the simulated cluster cannot reach: an imitated Rocky cluster leaves out the groups
-    that install them and turns node_exporter off, as a site without EPEL would."""
+    """EL 9 has Slurm only in EPEL, which the simulated cluster cannot reach: an imitated Rocky
+    cluster leaves out the Slurm groups, as a site without EPEL would. Prometheus, Alertmanager
+    and node_exporter come from the release tarballs the mirror serves there, at the versions
+    the mirror built (the monitoring group is there on every OS)."""
     import yaml
+
+    from provisioner.sim.packages import Mirror
 
     monkeypatch.setattr(cluster_mod, "sim_state_dir", lambda: tmp_path)
     cluster = cluster_mod.SimCluster(
         spec=SimSpec(os=node_os), inventory_dir=tmp_path,
         addresses={"sim-login-1": "10.89.0.2", "sim-gpu-1": "10.89.0.3", "sim-gpu-2": "10.89.0.4"})
-    cluster_mod._write_inventory(cluster, "A" * 40)
+    releases = {"prometheus": "2.42.0", "alertmanager": "0.25.0", "node_exporter": "1.5.0"}
+    cluster_mod._write_inventory(cluster, Mirror(tmp_path, "A" * 40,
+                                                 releases if node_os == "rocky9" else {}))
     data = yaml.safe_load((tmp_path / "hosts.yml").read_text())["all"]
     el = node_os == "rocky9"
     assert ("slurm_controller" in data["children"]) is not el
-    assert ("monitoring" in data["children"]) is not el
-    assert data["vars"].get("node_health_node_exporter", True) is not el
+    assert data["children"]["monitoring"]["hosts"] == {"sim-login-1": {}}
+    assert "node_health_node_exporter" not in data["vars"]
+    if el:
+        assert data["vars"]["prometheus_releases_url"] == (
+            "http://gpuc-sim-mirror:8080/prometheus-releases")
+        assert data["vars"]["monitoring_prometheus_version"] == "2.42.0"
+        assert data["vars"]["monitoring_alertmanager_version"] == "0.25.0"
+        assert data["vars"]["node_health_node_exporter_version"] == "1.5.0"
+    else:
+        assert "prometheus_releases_url" not in data["vars"]
     assert set(data["children"]["gpu_nodes"]["hosts"]) == {"sim-gpu-1", "sim-gpu-2"}
 
 

@@ -11,6 +11,7 @@ import pytest
 from provisioner import smokerun
 from provisioner.plan import build
 from provisioner.sim.cluster import SimCluster, SimSpec, _write_inventory, mirror_dir
+from provisioner.sim.packages import Mirror
 
 
 def test_sim_inventory_names_the_mirror_directory_for_the_wheelhouse(
@@ -20,7 +21,7 @@ def test_sim_inventory_names_the_mirror_directory_for_the_wheelhouse(
     cluster = SimCluster(spec=spec, inventory_dir=tmp_path / "inv", addresses={
         name: f"10.89.0.{i}" for i, (name, _group) in enumerate(spec.node_names(), start=2)})
     cluster.inventory_dir.mkdir()
-    _write_inventory(cluster, "0" * 40)
+    _write_inventory(cluster, Mirror(Path("/unused"), "0" * 40))
 
     plan = build(cluster.inventory_dir / "hosts.yml")
     assert plan.simulated

@@ -15,6 +15,7 @@ from provisioner import bringup
 from provisioner.paths import collection_root
 from provisioner.plan import build
 from provisioner.sim.cluster import SimCluster, SimSpec, _write_inventory, sim_inventory_vars
+from provisioner.sim.packages import Mirror
 from provisioner.sim.tools.node import IB_SYSFS, KERNEL_LOG
 
 
@@ -47,7 +48,7 @@ def sim_inventory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: int = 2,
     cluster = SimCluster(spec=spec, inventory_dir=tmp_path / "inv", addresses={
         name: f"10.89.0.{i}" for i, (name, _group) in enumerate(spec.node_names(), start=2)})
     cluster.inventory_dir.mkdir()
-    _write_inventory(cluster, "0" * 40)
+    _write_inventory(cluster, Mirror(Path("/unused"), "0" * 40))
     return cluster.inventory_dir
 
 
