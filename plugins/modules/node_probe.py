@@ -98,115 +98,18 @@ packages:
   type: dict
 """
 
-import glob
-import hashlib
-import os
-import stat
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
-    describe,
-    dpkg_state,
-    mismatched,
-    rpm_state,
-    uses_apt,
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
+    PROBE_OPTIONS,
+    check_args,
+    read_node,
 )
 
 
-def probe_file(spec, max_bytes):
-    path = spec["path"]
-    out = {"path": path, "exists": False, "isreg": False, "isdir": False, "islnk": False,
-           "lnk_target": "", "size": 0}
-    try:
-        link = os.lstat(path)
-    except OSError:
-        return out
-    out["islnk"] = stat.S_ISLNK(link.st_mode)
-    if out["islnk"]:
-        out["lnk_target"] = os.readlink(path)
-    try:
-        target = os.stat(path)
-    except OSError:  # a dangling link: it exists as a link only
-        target = None
-    st = target if spec.get("follow", True) and target is not None else link
-    out.update(exists=True, isreg=stat.S_ISREG(st.st_mode), isdir=stat.S_ISDIR(st.st_mode),
-               size=st.st_size, mode="%04o" % stat.S_IMODE(st.st_mode), uid=st.st_uid,
-               gid=st.st_gid)
-    readable = target is not None and stat.S_ISREG(target.st_mode)
-    keep = spec.get("read") and readable and target.st_size <= max_bytes
-    if not (keep or (spec.get("checksum") and readable)):
-        return out
-    # One pass over the file for both the checksum and the content.
-    digest, blocks = hashlib.sha256(), []
-    try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-                if keep:
-                    blocks.append(block)
-    except OSError as exc:
-        out["error"] = str(exc)
-        return out
-    if spec.get("checksum"):
-        out["checksum"] = digest.hexdigest()
-    if keep:
-        out["content"] = b"".join(blocks)[:max_bytes].decode("utf-8", "replace")
-    return out
-
-
-def probe_command(module, argv):
-    argv = [str(a) for a in argv]
-    found = module.get_bin_path(argv[0]) if "/" not in argv[0] else (
-        argv[0] if os.access(argv[0], os.X_OK) else None)
-    if not found:
-        rc, out, err = 127, "", "%s: command not found" % argv[0]
-    else:
-        rc, out, err = module.run_command([found] + argv[1:], environ_update={"LC_ALL": "C"})
-    return {"cmd": argv, "rc": rc, "stdout": out, "stderr": err,
-            "stdout_lines": out.splitlines(), "stderr_lines": err.splitlines()}
-
-
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            files=dict(type="dict", default={}),
-            commands=dict(type="dict", default={}),
-            globs=dict(type="dict", default={}),
-            installed=dict(type="list", elements="str", default=[]),
-            packages=dict(type="list", elements="dict", default=[]),
-            max_bytes=dict(type="int", default=1048576),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    # Every argument is checked before the node is read.
-    for key, spec in params["files"].items():
-        if not isinstance(spec, dict) or not spec.get("path"):
-            module.fail_json(msg="files.%s needs a path" % key)
-    for key, argv in params["commands"].items():
-        if not isinstance(argv, list) or not argv:
-            module.fail_json(msg="commands.%s needs an argument list" % key)
-    for pkg in params["packages"]:
-        if not pkg.get("name") or not pkg.get("version"):
-            module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
-    files = {key: probe_file(spec, params["max_bytes"]) for key, spec in params["files"].items()}
-    globs = {}
-    for key, given in params["globs"].items():
-        patterns = [given] if isinstance(given, str) else list(given or [])
-        globs[key] = sorted({path for pattern in patterns for path in glob.glob(str(pattern))})
-    commands = {key: probe_command(module, argv) for key, argv in params["commands"].items()}
-    apt = uses_apt()
-    packages = {"mismatched": [], "packages": []}
-    if params["packages"]:
-        off, state = mismatched(module, params["packages"], apt)
-        packages = {"mismatched": off,
-                    "packages": describe([p["name"] for p in params["packages"]], state)}
-    installed = {}
-    if params["installed"]:
-        state = (dpkg_state if apt else rpm_state)(module, params["installed"])
-        installed = {n: state.get(n, ("", None, False))[0] for n in params["installed"]}
-    module.exit_json(changed=False, files=files, globs=globs, commands=commands,
-                     installed=installed, packages=packages)
+    module = AnsibleModule(argument_spec=dict(PROBE_OPTIONS), supports_check_mode=True)
+    check_args(module, module.params)
+    module.exit_json(changed=False, **read_node(module, module.params))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,22 @@ options:
     description: Seconds before the first retry; doubles after each.
     type: float
     default: 5
+  services:
+    description:
+      - systemd units whose state to report after the packages are in place (read only, with
+        one C(systemctl show)), so a role starts or enables a unit the packages bring only
+        when it is not running and enabled already, without a round trip of its own.
+    type: list
+    elements: str
+    default: []
+  probe:
+    description:
+      - What to read from the node after the packages are in place, with the options and
+        answers of M(gpucluster.provisioner.node_probe) (C(files), C(commands), C(globs),
+        C(installed), C(packages), C(max_bytes)), returned as RV(probe), so a role verifies what
+        it installed without a round trip of its own. In check mode it reads the node as it is.
+    type: dict
+    default: {}
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -76,6 +92,21 @@ recovered_interrupted_dpkg:
   description: Whether an interrupted dpkg run was finished first (C(dpkg --configure -a)).
   returned: always
   type: bool
+services:
+  description:
+    - Each unit of O(services) to its C(active) (systemd's ActiveState, e.g. C(active),
+      C(inactive), C(failed)) and C(enabled) (its UnitFileState, e.g. C(enabled), C(disabled),
+      empty for a unit systemd does not know), read after the packages were installed.
+  returned: always
+  type: dict
+  sample: {nvidia-dcgm: {active: active, enabled: enabled}}
+probe:
+  description:
+    - What O(probe) asked for, read after the packages were put in place, as
+      M(gpucluster.provisioner.node_probe) returns it (C(files), C(globs), C(commands),
+      C(installed), C(packages)); empty when O(probe) is.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -92,6 +123,10 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     rpm_at_pin,
     rpm_state,
     uses_apt,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
+    check_args,
+    read_node,
 )
 
 
@@ -163,6 +198,27 @@ def dnf_apply(module, wanted, state):
     return names + [p["name"] for p in unlocked]
 
 
+def service_states(module, units):
+    """{unit: {active, enabled}} from one `systemctl show` (its blocks come in the order
+    asked, each with the Id line); empty when nothing is asked."""
+    if not units:
+        return {}
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command(
+        [systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--"] + list(units))
+    if rc != 0:
+        module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc)
+    blocks = [b for b in out.strip().split("\n\n") if b.strip()]
+    states = {}
+    for index, block in enumerate(blocks[:len(units)]):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[units[index]] = {"active": fields.get("ActiveState", ""),
+                                "enabled": fields.get("UnitFileState", "")}
+    for unit in units:
+        states.setdefault(unit, {"active": "", "enabled": ""})
+    return states
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -172,6 +228,8 @@ def main():
             lock_timeout=dict(type="int", default=300),
             retries=dict(type="int", default=3),
             retry_delay=dict(type="float", default=5),
+            services=dict(type="list", elements="str", default=[]),
+            probe=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -179,6 +237,13 @@ def main():
     for pkg in wanted:
         if not pkg.get("name") or (module.params["state"] == "present" and not pkg.get("version")):
             module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
+    probe = module.params.get("probe") or {}
+    unknown = sorted(set(probe) - {"files", "commands", "globs", "installed", "packages",
+                                   "max_bytes"})
+    if unknown:
+        module.fail_json(msg="probe takes files, commands, globs, installed, packages and "
+                             "max_bytes, not %s" % ", ".join(unknown))
+    check_args(module, probe)
     names = [p["name"] for p in wanted]
     replaced = [r["name"] if isinstance(r, dict) else str(r) for r in module.params["replaced"]]
     replaced = sorted({r for r in replaced if r and r not in names})
@@ -187,7 +252,9 @@ def main():
     apt = uses_apt()
     if not names and not replaced:
         module.exit_json(changed=False, packages=[], changed_packages=[],
-                         recovered_interrupted_dpkg=False)
+                         recovered_interrupted_dpkg=False,
+                         services=service_states(module, module.params.get("services") or []),
+                         probe=read_node(module, probe) if probe else {})
     read = dpkg_state if apt else rpm_state
     state = read(module, names + replaced)
     recovered = apt_recover(module) if apt else False
@@ -203,7 +270,9 @@ def main():
         # Read back after a change: what the task returns is what the node has.
         final = read(module, names) if changed and not module.check_mode else state
     module.exit_json(changed=bool(changed) or recovered, packages=describe(names, final),
-                     changed_packages=changed, recovered_interrupted_dpkg=recovered)
+                     changed_packages=changed, recovered_interrupted_dpkg=recovered,
+                     services=service_states(module, module.params.get("services") or []),
+                     probe=read_node(module, probe) if probe else {})
 
 
 if __name__ == "__main__":

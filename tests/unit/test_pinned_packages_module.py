@@ -257,3 +257,28 @@ def test_apt_unholds_then_removes_an_other_branch() -> None:
     assert [c[:2] + c[-1:] for c in module.commands] == [
         ["/usr/bin/apt-mark", "-o", "cuda-drivers-580"],
         ["/usr/bin/apt-get", "remove", "cuda-drivers-580"]]
+
+
+def test_service_states_come_from_one_systemctl_show_in_the_order_asked() -> None:
+    shown = ("Id=nvidia-dcgm.service\nActiveState=active\nUnitFileState=enabled\n\n"
+             "Id=nvidia-fabricmanager.service\nActiveState=inactive\nUnitFileState=disabled\n\n"
+             "Id=nope.service\nActiveState=inactive\nUnitFileState=\n")
+    module = FakeModule(lambda cmd: (0, shown, ""))
+    states = pp.service_states(module, ["nvidia-dcgm", "nvidia-fabricmanager", "nope"])
+    assert states == {"nvidia-dcgm": {"active": "active", "enabled": "enabled"},
+                      "nvidia-fabricmanager": {"active": "inactive", "enabled": "disabled"},
+                      "nope": {"active": "inactive", "enabled": ""}}
+    assert module.commands == [["/usr/bin/systemctl", "show",
+                                "--property=Id,ActiveState,UnitFileState", "--",
+                                "nvidia-dcgm", "nvidia-fabricmanager", "nope"]]
+
+
+def test_no_service_asked_runs_no_systemctl() -> None:
+    module = FakeModule(lambda cmd: pytest.fail(f"ran {cmd}"))
+    assert pp.service_states(module, []) == {}
+
+
+def test_a_failing_systemctl_show_fails_with_its_line() -> None:
+    module = FakeModule(lambda cmd: (1, "", "System has not been booted with systemd\n"))
+    with pytest.raises(Failed, match="systemctl show failed: System has not been booted"):
+        pp.service_states(module, ["nvidia-dcgm"])

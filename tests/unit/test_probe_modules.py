@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ node_probe: Any = load_module("node_probe")
 signed_keys: Any = load_module("signed_keys")
 pinned: Any = load_module("pinned_packages")
 pkgstate: Any = load_plugin("module_utils/gpucluster", "pkgstate")
+# The code node_probe runs (module_utils/gpucluster/probe.py), as node_probe imported it.
+probe_utils: Any = sys.modules[node_probe.read_node.__module__]
 
 
 def run_main(module: Any, args: dict[str, Any],
@@ -175,9 +178,9 @@ def test_installed_names_map_to_their_version_or_empty(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     db = FakeDb(dpkg="rdma-core\t48.0-1\tinstall ok installed\n"
                      "ibverbs-utils\t48.0-1\tdeinstall ok config-files\n")
-    monkeypatch.setattr(node_probe, "dpkg_state", lambda module, names: pkgstate.dpkg_state(
+    monkeypatch.setattr(probe_utils, "dpkg_state", lambda module, names: pkgstate.dpkg_state(
         db, names))
-    monkeypatch.setattr(node_probe.os.path, "exists", lambda p: p == "/usr/bin/dpkg-query")
+    monkeypatch.setattr(probe_utils.os.path, "exists", lambda p: p == "/usr/bin/dpkg-query")
     out = run_main(node_probe, {"installed": ["rdma-core", "ibverbs-utils", "perftest"]}, capsys)
     # removed with its config files kept is not installed; unknown to dpkg is not either
     assert out["installed"] == {"rdma-core": "48.0-1", "ibverbs-utils": "", "perftest": ""}
@@ -275,6 +278,38 @@ def test_replaced_in_check_mode_reports_and_changes_nothing(
     result = run_pinned(node, DRIVER, ["cuda-drivers-575"], monkeypatch)
     assert result["changed_packages"] == ["cuda-drivers-575", "cuda-drivers-580"]
     assert node.db == {"cuda-drivers-575": ("575.57.08-1", True)}
+
+
+def test_pinned_packages_reads_its_probe_after_the_install(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    """The role's verify reads come back from the install call: the header as it is after the
+    install, the pins' state read again (installed at the pin and held)."""
+    header = tmp_path / "cudnn_version.h"
+    node = AptNode({"cuda-drivers-575": ("575.57.08-1", True)})
+    real_run = node.run_command
+
+    def run(cmd: list[str], **kw: Any) -> tuple[int, str, str]:
+        if Path(cmd[0]).name == "apt-get":
+            header.write_text("#define CUDNN_MAJOR 9\n")  # what the install put there
+        return real_run(cmd, **kw)
+
+    node.run_command = run  # type: ignore[method-assign]
+    node.params["probe"] = {"files": {"header": {"path": str(header), "read": True}},
+                            "packages": DRIVER}
+    result = run_pinned(node, DRIVER, ["cuda-drivers-575"], monkeypatch)
+    assert result["changed_packages"] == ["cuda-drivers-575", "cuda-drivers-580"]
+    assert result["probe"]["files"]["header"]["content"] == "#define CUDNN_MAJOR 9\n"
+    assert result["probe"]["packages"]["mismatched"] == []
+    assert result["probe"]["packages"]["packages"][0]["version"] == "580.95.05-1"
+
+
+def test_pinned_packages_refuses_a_probe_option_it_does_not_know(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    node = AptNode({})
+    node.params["probe"] = {"file": {"x": {"path": "/etc/hostname"}}}
+    with pytest.raises(AssertionError, match=r"probe takes files, commands.*not file"):
+        run_pinned(node, DRIVER, [], monkeypatch)
+    assert node.commands == []  # refused before the node is read or changed
 
 
 # --- signed_keys ------------------------------------------------------------------------------
