@@ -44,6 +44,14 @@ options:
     description: Seconds before the first retry; doubles after each.
     type: float
     default: 5
+  services:
+    description:
+      - systemd units whose state to report after the packages are in place (read only, with
+        one C(systemctl show)), so a role starts or enables a unit only when it is not running
+        and enabled already, without a round trip of its own.
+    type: list
+    elements: str
+    default: []
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -67,6 +75,12 @@ cache_updated:
   description: Whether apt's package lists were refreshed.
   returned: always
   type: bool
+services:
+  description:
+    - Each unit of O(services) to its C(active) (systemd's ActiveState) and C(enabled) (its
+      UnitFileState; empty for a unit systemd does not know), read after the install.
+  returned: always
+  type: dict
 """
 
 import contextlib
@@ -85,6 +99,9 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     dpkg_state,
     rpm_state,
     uses_apt,
+)
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
+    service_states,
 )
 
 APT_LISTS = "/var/lib/apt/lists"
@@ -138,6 +155,7 @@ def main():
             lock_timeout=dict(type="int", default=300),
             retries=dict(type="int", default=3),
             retry_delay=dict(type="float", default=5),
+            services=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -152,7 +170,8 @@ def main():
     missing = [n for n in names if not before[n]]
     if not missing or module.check_mode:
         module.exit_json(changed=bool(missing), packages=before, installed=missing,
-                         cache_updated=False)
+                         cache_updated=False,
+                         services=service_states(module, module.params.get("services") or []))
     updated = (apt_install if apt else dnf_install)(module, missing)
     after = versions(module, names, apt)
     still = [n for n in missing if not after[n]]
@@ -160,7 +179,8 @@ def main():
         module.fail_json(msg="the install ended without error but these are not installed: %s "
                              "(a virtual package or an rpm provide? name the real package)"
                              % ", ".join(still), packages=after)
-    module.exit_json(changed=True, packages=after, installed=missing, cache_updated=updated)
+    module.exit_json(changed=True, packages=after, installed=missing, cache_updated=updated,
+                     services=service_states(module, module.params.get("services") or []))
 
 
 if __name__ == "__main__":

@@ -127,6 +127,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
     check_args,
     read_node,
+    service_states,
 )
 
 
@@ -196,27 +197,6 @@ def dnf_apply(module, wanted, state):
         module.fail_json(msg="dnf versionlock failed (is python3-dnf-plugin-versionlock "
                              "installed?)", rc=rc, stdout=out, stderr=err)
     return names + [p["name"] for p in unlocked]
-
-
-def service_states(module, units):
-    """{unit: {active, enabled}} from one `systemctl show` (its blocks come in the order
-    asked, each with the Id line); empty when nothing is asked."""
-    if not units:
-        return {}
-    systemctl = module.get_bin_path("systemctl", required=True)
-    rc, out, err = module.run_command(
-        [systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--"] + list(units))
-    if rc != 0:
-        module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc)
-    blocks = [b for b in out.strip().split("\n\n") if b.strip()]
-    states = {}
-    for index, block in enumerate(blocks[:len(units)]):
-        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        states[units[index]] = {"active": fields.get("ActiveState", ""),
-                                "enabled": fields.get("UnitFileState", "")}
-    for unit in units:
-        states.setdefault(unit, {"active": "", "enabled": ""})
-    return states
 
 
 def main():

@@ -59,6 +59,11 @@ class Node:
             return (0, self.db[name], "") if name in self.db else (1, "", "not installed")
         if tool == "dpkg":
             return 0, "", ""
+        if tool == "systemctl":  # show: units of the packages are running once installed
+            return 0, "\n".join(
+                f"Id={u}.service\nActiveState={'active' if u in self.db else 'inactive'}\n"
+                f"UnitFileState={'enabled' if u in self.db else ''}\n"
+                for u in cmd[4:]), ""
         if words[:1] == ["install"]:
             if self.fail_installs:
                 self.fail_installs -= 1
@@ -113,7 +118,7 @@ def test_a_node_that_has_them_all_costs_one_query(lists: Path,
     node = Node({"munge": "0.5.15-2", "slurmd": "22.05.8-4"})
     result = run(node, ["munge", "slurmd"], monkeypatch)
     assert result == {"changed": False, "installed": [], "cache_updated": False,
-                      "packages": {"munge": "0.5.15-2", "slurmd": "22.05.8-4"}}
+                      "packages": {"munge": "0.5.15-2", "slurmd": "22.05.8-4"}, "services": {}}
     assert tools(node) == ["dpkg-query -W"]
 
 
@@ -192,3 +197,17 @@ def test_a_bad_name_fails_in_one_line_before_reading_the_node(
     assert failed.value.result["msg"].startswith("names must be package names")
     assert "\n" not in failed.value.result["msg"] and node.commands == []
 
+
+def test_the_units_state_is_read_after_the_install_in_the_same_call(
+        lists: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = Node({"munge": "0.5.15-2"}, repo={"slurmd": "22.05.8-4"}, services=["munge", "slurmd"])
+    result = run(node, ["munge", "slurmd"], monkeypatch)
+    assert result["installed"] == ["slurmd"]
+    assert result["services"] == {"munge": {"active": "active", "enabled": "enabled"},
+                                  "slurmd": {"active": "active", "enabled": "enabled"}}
+    assert tools(node)[-1] == "systemctl show"  # read after apt-get install, once
+
+    node = Node({"munge": "0.5.15-2"}, services=["munge", "slurmd"])
+    result = run(node, ["munge"], monkeypatch)
+    assert result["services"]["slurmd"] == {"active": "inactive", "enabled": ""}
+    assert tools(node) == ["dpkg-query -W", "systemctl show"]

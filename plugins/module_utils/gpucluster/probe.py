@@ -118,3 +118,24 @@ def read_node(module, params):
         installed = {n: state.get(n, ("", None, False))[0] for n in names}
     return {"files": files, "globs": globs, "commands": commands, "installed": installed,
             "packages": packages}
+
+
+def service_states(module, units):
+    """{unit: {active, enabled}} from one `systemctl show` (its blocks come in the order
+    asked, each with the Id line); empty when nothing is asked."""
+    if not units:
+        return {}
+    systemctl = module.get_bin_path("systemctl", required=True)
+    rc, out, err = module.run_command(
+        [systemctl, "show", "--property=Id,ActiveState,UnitFileState", "--"] + list(units))
+    if rc != 0:
+        module.fail_json(msg="systemctl show failed: %s" % (err.strip() or out.strip()), rc=rc)
+    blocks = [b for b in out.strip().split("\n\n") if b.strip()]
+    states = {}
+    for index, block in enumerate(blocks[:len(units)]):
+        fields = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[units[index]] = {"active": fields.get("ActiveState", ""),
+                                "enabled": fields.get("UnitFileState", "")}
+    for unit in units:
+        states.setdefault(unit, {"active": "", "enabled": ""})
+    return states
