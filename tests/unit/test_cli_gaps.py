@@ -54,6 +54,12 @@ def lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.strip()]
 
 
+def unwrapped(text: str) -> str:
+    """Text without its white space: what a console of any width shows (lines it does not
+    soft-wrap break at its width, which is 80 in a pytest-xdist worker)."""
+    return "".join(text.split())
+
+
 @dataclass
 class Tables:
     """render.rows_table, recorded (and still drawn)."""
@@ -169,7 +175,7 @@ def test_plan_quiet_prints_the_verdict_only(inventory: Path, tables: Tables,
 
 def test_plan_output_line_is_one_line_however_long(tmp_path: Path, inventory: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    target = tmp_path / ("a" * 80) / ("b" * 80) / "plan.yml"
+    target = tmp_path / ("a" * 200) / ("b" * 200) / "plan.yml"
     target.parent.mkdir(parents=True)
     assert cli.main(["-q", "plan", "-i", str(inventory), "-o", str(target)]) == 0
     assert lines(capsys.readouterr().out) == [
@@ -500,7 +506,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(
     from provisioner import matrix
 
     monkeypatch.delenv("PROVISIONER_DEBUG", raising=False)
-    message = "the matrix broke " + "x" * 250 + "\n  on a second line"
+    message = "the matrix broke " + "x" * 600 + "\n  on a second line"
 
     def broken() -> None:
         raise RuntimeError(message)
@@ -509,7 +515,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(
     assert cli.main(["stacks"]) == 1
     out = capsys.readouterr()
     assert out.out == ""
-    assert lines(out.err) == [f"internal error: RuntimeError: the matrix broke {'x' * 250} on "
+    assert lines(out.err) == [f"internal error: RuntimeError: the matrix broke {'x' * 600} on "
                               f"a second line{INTERNAL}"]
     monkeypatch.setenv("PROVISIONER_DEBUG", "1")
     with pytest.raises(RuntimeError, match="the matrix broke"):
@@ -518,8 +524,9 @@ def test_an_unexpected_exception_is_one_internal_error_line(
 
 @pytest.mark.parametrize(("signum", "path", "code", "line"), [
     (None, None, 130, "error: interrupted by SIGINT"),
-    (signal.SIGTERM, "/runs/" + "r" * 200 + "/report.json", 143,
-     "error: interrupted by SIGTERM; report saved: /runs/" + "r" * 200 + "/report.json"),
+    # Longer than any console is wide: still one line.
+    (signal.SIGTERM, "/runs/" + "r" * 600 + "/report.json", 143,
+     "error: interrupted by SIGTERM; report saved: /runs/" + "r" * 600 + "/report.json"),
 ])
 def test_an_interrupt_is_one_line_and_128_plus_the_signal(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
@@ -660,9 +667,10 @@ def test_sim_up_spec(tmp_path: Path, fake_sim: FakeSim, capsys: pytest.CaptureFi
                                                      "sim-gpu-1:gpu0-missing"),
                                              os="debian12"),
                              "inventory_dir": inv_dir, "recreate": True}]
-    out = capsys.readouterr().out.splitlines()
-    assert "starting nodes" in out
-    assert out[-2:] == ["  sim-gpu-1      10.88.0.2", f"inventory: {inv_dir / 'hosts.yml'}"]
+    out = capsys.readouterr().out
+    assert "starting nodes" in out.splitlines()
+    assert "  sim-gpu-1      10.88.0.2\n" in out
+    assert unwrapped(out).endswith(unwrapped(f"10.88.0.2 inventory: {inv_dir / 'hosts.yml'}"))
 
 
 def test_sim_up_defaults_and_refusals(fake_sim: FakeSim,
@@ -745,3 +753,162 @@ def test_dispatch_refuses_verbose_with_quiet(capsys: pytest.CaptureFixture[str])
     assert cli.main(["-v", "stacks", "-q"]) == 2
     assert lines(capsys.readouterr().err) == [
         "error: -v/--verbose and -q/--quiet exclude each other: give one of them"]
+
+
+# the confirmation prompt ---------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("answer", "code", "error"), [
+    ("y\n", 0, None), (" YES \n", 0, None),
+    ("n\n", 2, "error: aborted: nothing was changed"),
+    ("\n", 2, "error: aborted: nothing was changed"),
+    ("", 2, "error: aborted: no answer (end of input at the confirmation prompt); nothing was "
+     "changed"),
+])
+def test_up_asks_before_changing_real_hosts(
+        inventory: Path, fake_run: FakeRun, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], answer: str, code: int, error: str | None) -> None:
+    monkeypatch.setattr("sys.stdin", Terminal(answer))
+    assert cli.main(["-q", "up", "-i", str(inventory)]) == code
+    err = capsys.readouterr().err
+    assert unwrapped(err).startswith(unwrapped(f"Provision 2 host(s) from {inventory}? [y/N]"))
+    assert len(fake_run.calls) == (1 if code == 0 else 0)
+    if error is not None:
+        assert lines(err)[-1].endswith(error)
+
+
+def test_upgrade_asks_with_the_stack_and_the_batch_size(
+        inventory: Path, runs: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner import matrix
+
+    stack = matrix.load_matrix().default_stack
+    monkeypatch.setattr(upgrade, "run", lambda *_a, **_k: pytest.fail("no batch may run"))
+    monkeypatch.setattr("sys.stdin", Terminal("no\n"))
+    assert cli.main(["upgrade", "-i", str(inventory), "--stack", stack,
+                     "--batch-size", "25%"]) == 2
+    assert unwrapped(capsys.readouterr().err).startswith(unwrapped(
+        f"Upgrade 1 GPU node(s) of {inventory} to {stack}, 25% at a time? [y/N]"))
+
+
+# more of what the commands show --------------------------------------------------------------
+
+
+def test_health_table_and_progress_title(inventory: Path, tmp_path: Path, tables: Tables,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner import health, progress
+
+    titles: list[str] = []
+
+    class Display:
+        def __init__(self, _console: Any, title: str) -> None:
+            titles.append(title)
+
+        def __enter__(self) -> Any:
+            return lambda _event: None
+
+        def __exit__(self, *_exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(progress, "ProgressDisplay", Display)
+    summary = health.HealthSummary(run_id="r7", run_dir=tmp_path, simulated=False, nodes=[
+        health.NodeHealth("gpu-01", 0), health.NodeHealth(
+            "gpu-02", 2, failing=("xid", "ecc"), detail="Xid 79")])
+    monkeypatch.setattr(health, "run", lambda *_a, **_k: summary)
+    assert cli.main(["health", "-i", str(inventory)]) == 2
+    assert titles == ["health (health.yml)"]
+    assert tables.calls == [("node health (run r7)", [
+        {"node": "gpu-01", "status": "healthy", "failing": "-", "warnings": "-",
+         "detail": "-"},
+        {"node": "gpu-02", "status": "unhealthy", "failing": "xid, ecc", "warnings": "-",
+         "detail": "Xid 79"}])]
+
+
+def test_plan_verbose_prints_each_hosts_variables_sorted(
+        inventory: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    monkeypatch.setattr(render, "plan", lambda *_a: None)
+    monkeypatch.setattr(cli, "console", Console(width=1000))  # no line of the YAML folded
+    assert cli.main(["plan", "-v", "-i", str(inventory)]) == 0
+    out = capsys.readouterr().out
+    cp = plan.build(str(inventory))
+    for name, host in cp.hosts.items():
+        shown = yaml.safe_load(out.split(f"{name}:\n", 1)[1].split("\n\n", 1)[0])
+        assert shown == host.variables()
+        assert list(shown) == sorted(shown), name
+
+
+def test_plan_row_of_a_stack_without_some_versions_shows_dashes() -> None:
+    from types import SimpleNamespace
+
+    stack = SimpleNamespace(as_vars=lambda: {"gpu_stack": "partial"})
+    cp = SimpleNamespace(hosts={"gpu-01": SimpleNamespace(
+        kind="gpu", profile=SimpleNamespace(name="p"), stack=stack)})
+    assert cli._plan_rows(cp) == [{  # type: ignore[arg-type]
+        "host": "gpu-01", "kind": "gpu", "profile": "p", "stack": "partial", "driver": "- (-)",
+        "cuda": "-", "cudnn": "-", "nccl": "-", "ctk": "-", "fabric mgr": "-"}]
+
+
+def test_retry_of_a_phase_this_run_skips_is_refused(
+        inventory: Path, fake_run: FakeRun, runs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    run_id = "20261124-000000-abcd"
+    (runs / run_id).mkdir(parents=True)
+    (runs / run_id / "report.json").write_text(json.dumps({
+        "run_id": run_id, "command": "up", "outcome": "failed", "exit_code": 1,
+        "inventory": str(inventory), "checks": [], "phases": [],
+        "lost_hosts": {"gpu-01": {"phase": "smoke", "reason": "failed"}}}))
+    assert cli.main(["up", "-i", str(inventory), "--yes", "--skip-smoke",
+                     "--retry-failed", run_id]) == 2
+    assert lines(capsys.readouterr().err) == [
+        f"error: run {run_id} lost its hosts in smoke, which this run does not have (drop "
+        "--skip-smoke?)"]
+    assert fake_run.calls == []
+
+
+def test_sim_os_and_down_progress(tmp_path: Path, fake_sim: FakeSim,
+                                  monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner.sim import cluster
+
+    assert cli.main(["-q", "sim", "up", "--os", "rocky9", "--inventory-dir",
+                     str(tmp_path)]) == 0
+    assert fake_sim.ups[0]["spec"].os == "rocky9"
+
+    def down(progress: Any) -> int:
+        progress("removing sim-gpu-1")
+        return 1
+
+    monkeypatch.setattr(cluster, "down", down)
+    capsys.readouterr()
+    assert cli.main(["sim", "down"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "removing sim-gpu-1", "simulated cluster removed (1 container(s))"]
+    assert cli.main(["sim", "down", "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["simulated cluster removed (1 container(s))"]
+
+
+def test_shell_completion_is_attached_by_destination() -> None:
+    from argcomplete.completers import FilesCompleter
+
+    parser = cli.build_parser()
+    commands = {p.prog: p for p in cli._subparsers(parser)}
+
+    def completer(prog: str, dest: str) -> Any:
+        [action] = [a for a in commands[prog]._actions if a.dest == dest]
+        return vars(action).get("completer")
+
+    assert isinstance(completer("provisioner up", "inventory"), FilesCompleter)
+    assert isinstance(completer("provisioner plan", "output"), FilesCompleter)
+    assert completer("provisioner stacks", "name") is cli.stack_names
+    assert completer("provisioner upgrade", "stack") is cli.stack_names
+    assert completer("provisioner inspect", "profile") is cli.profile_names
+    assert completer("provisioner sim up", "profile") is cli.profile_names
+    assert completer("provisioner up", "limit") is None
