@@ -215,11 +215,15 @@ def monitoring_from_release_tarballs(cli: Cli, inv: Path, tmp_path: Path) -> Non
     assert cli("plan", "--inventory", str(inv), "-o", str(plan)).returncode == 0
     before = podman_exec(monitor, f"find {prometheus_dir} -printf '%p %s %T@\\n' | sort").stdout
     wrong = "0" * 64
+    # A fact cache of its own: the checkout's (.ansible/facts) may hold facts of another
+    # simulated cluster's sim-login-1 (a Debian one, from an earlier test), which this play
+    # (gather_facts: false, the roles gather only what is missing) would trust.
     failed = subprocess.run(
         [ANSIBLE_PLAYBOOK, "-i", str(inv / "hosts.yml"), "-i", str(plan), "--limit", monitor,
          "-e", f"monitoring_prometheus_sha256={wrong}", "playbooks/monitoring.yml"],
         cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+             "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")})
     assert failed.returncode != 0, failed.stdout[-3000:]
     assert "checksum mismatch" in failed.stdout and wrong in failed.stdout, failed.stdout[-3000:]
     after = podman_exec(monitor, f"find {prometheus_dir} -printf '%p %s %T@\\n' | sort").stdout
