@@ -45,6 +45,15 @@ options:
   group:
     description: Group of the files (and of O(dir)).
     type: str
+  probe:
+    description:
+      - What to read from the node once the files are written, with the options and answers of
+        M(gpucluster.provisioner.node_probe) (C(files), C(commands), C(globs), C(installed),
+        C(packages), C(max_bytes)), returned as RV(probe), so a role reads what follows from
+        its files (apt's candidates after its pins) without a round trip of its own. In check
+        mode it reads the node as it is.
+    type: dict
+    default: {}
 notes:
   - A file holding a secret (a mirror's login) goes through this module's arguments, so the task
     that writes it sets C(no_log).
@@ -80,12 +89,23 @@ changed_files:
   returned: always
   type: list
   elements: str
+probe:
+  description:
+    - What O(probe) asked for, read after the files were written, as
+      M(gpucluster.provisioner.node_probe) returns it (C(files), C(globs), C(commands),
+      C(installed), C(packages)); empty when O(probe) is.
+  returned: always
+  type: dict
 """
 
 import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
+    check_probe_option,
+    read_node,
+)
 
 _ENTRY_KEYS = frozenset(("content", "mode", "state", "validate"))
 
@@ -212,10 +232,13 @@ def main():
             mode=dict(type="str", default="0644"),
             owner=dict(type="str"),
             group=dict(type="str"),
+            probe=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     directory = module.params["dir"]
+    probe = module.params.get("probe") or {}
+    check_probe_option(module, probe)
     # Every entry is checked, and each file read once, before anything on the node changes.
     plan = []
     for key, value in sorted(module.params["files"].items()):
@@ -253,7 +276,8 @@ def main():
                 _attributes(module, path, mode), False)
         if differs or attrs_changed:
             changed.append(key)
-    result = {"changed": bool(changed) or made_dir, "changed_files": changed}
+    result = {"changed": bool(changed) or made_dir, "changed_files": changed,
+              "probe": read_node(module, probe) if probe else {}}
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -125,7 +125,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     uses_apt,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
-    check_args,
+    check_probe_option,
     read_node,
     service_states,
 )
@@ -218,12 +218,7 @@ def main():
         if not pkg.get("name") or (module.params["state"] == "present" and not pkg.get("version")):
             module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
     probe = module.params.get("probe") or {}
-    unknown = sorted(set(probe) - {"files", "commands", "globs", "installed", "packages",
-                                   "max_bytes"})
-    if unknown:
-        module.fail_json(msg="probe takes files, commands, globs, installed, packages and "
-                             "max_bytes, not %s" % ", ".join(unknown))
-    check_args(module, probe)
+    check_probe_option(module, probe)
     names = [p["name"] for p in wanted]
     replaced = [r["name"] if isinstance(r, dict) else str(r) for r in module.params["replaced"]]
     replaced = sorted({r for r in replaced if r and r not in names})

@@ -4,38 +4,22 @@ mode, reports no change on a rerun, changes nothing in check mode, refuses a pat
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from tests.integration.localplay import run_module
 
 
 def run(tmp_path: Path, files: dict[str, Any], *extra: str, mode: str = "0644",
-        in_dir: bool = True) -> dict[str, Any]:
-    """One play running file_set (into tmp_path/lib/pkg, or paths without `dir`); the
-    registered result as JSON (from a copy task)."""
+        in_dir: bool = True, probe: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One play running file_set (into tmp_path/lib/pkg, or paths without `dir`); what it
+    registered."""
     args: dict[str, Any] = {"files": files, "mode": mode}
+    if probe is not None:
+        args["probe"] = probe
     if in_dir:
         args["dir"] = str(tmp_path / "lib" / "pkg")
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "write", "gpucluster.provisioner.file_set": args,
-         "register": "out", "ignore_errors": True},
-        {"name": "show", "ansible.builtin.copy": {
-            "content": "{{ out | to_json }}", "dest": str(tmp_path / "result.json")},
-         "check_mode": False, "diff": False}]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    proc = subprocess.run([str(PLAYBOOK), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           str(tmp_path / "play.yml"), *extra],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads((tmp_path / "result.json").read_text())
+    return run_module(tmp_path, "gpucluster.provisioner.file_set", args, *extra)
 
 
 def test_writes_what_differs_and_a_rerun_changes_nothing(tmp_path: Path) -> None:
@@ -155,3 +139,33 @@ def test_an_invalid_content_changes_no_file(tmp_path: Path) -> None:
     assert out["changed_files"] == [str(good), str(bad)] and bad.read_text() == "ok too\n"
     out = run(tmp_path, {str(good): {"content": "x\n", "validate": "grep -q ok"}}, in_dir=False)
     assert out["failed"] and "must contain %s" in out["msg"]
+
+
+def test_the_probe_reads_the_node_after_the_files_are_written(tmp_path: Path) -> None:
+    """What a role reads after its files (apt's candidates after its pins) comes back from the
+    same call, read after the write; in check mode it reads the node as it is."""
+    conf = tmp_path / "etc" / "a.conf"
+    probe = {"files": {"conf": {"path": str(conf), "read": True}},
+             "commands": {"wc": ["wc", "-l", str(conf)], "missing": ["no-such-tool-gpuc"]}}
+    out = run(tmp_path, {str(conf): "one\ntwo\n"}, in_dir=False, probe=probe)
+    assert out["changed_files"] == [str(conf)]
+    assert out["probe"]["files"]["conf"]["content"] == "one\ntwo\n"
+    assert out["probe"]["commands"]["wc"]["rc"] == 0
+    assert out["probe"]["commands"]["wc"]["stdout"].split()[0] == "2"
+    assert out["probe"]["commands"]["missing"]["rc"] == 127
+
+    out = run(tmp_path, {str(conf): "three\n"}, "--check", in_dir=False, probe=probe)
+    assert out["changed"] and out["changed_files"] == [str(conf)]
+    assert out["probe"]["files"]["conf"]["content"] == "one\ntwo\n"  # not written: as it is
+    assert run(tmp_path, {str(conf): "one\ntwo\n"}, in_dir=False)["probe"] == {}
+
+
+def test_a_bad_probe_is_refused_before_any_file_is_written(tmp_path: Path) -> None:
+    conf = tmp_path / "b.conf"
+    out = run(tmp_path, {str(conf): "x\n"}, in_dir=False,
+              probe={"file": {"conf": {"path": str(conf)}}})
+    assert out["failed"] and "probe takes files, commands" in out["msg"]
+    assert "not file" in out["msg"]
+    out = run(tmp_path, {str(conf): "x\n"}, in_dir=False, probe={"commands": {"c": []}})
+    assert out["failed"] and out["msg"] == "commands.c needs an argument list"
+    assert not conf.exists()

@@ -12,7 +12,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import threading
 from collections import Counter
@@ -22,8 +21,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+from tests.integration.localplay import run_module
+
 SCRIPT = b"#!/bin/sh\necho prometheus 2.53.4\n"
 
 
@@ -104,21 +103,8 @@ def publish(srv: Server, name: str, members: list[tuple[tarfile.TarInfo, bytes]]
 
 
 def run(tmp_path: Path, args: dict[str, Any], *extra: str) -> dict[str, Any]:
-    """One play running release_archive; the registered result as JSON (from a copy task)."""
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "install", "gpucluster.provisioner.release_archive": args,
-         "register": "out", "ignore_errors": True},
-        {"name": "show", "ansible.builtin.copy": {
-            "content": "{{ out | to_json }}", "dest": str(tmp_path / "result.json")},
-         "check_mode": False, "diff": False}]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    proc = subprocess.run([str(PLAYBOOK), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           str(tmp_path / "play.yml"), *extra],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    return json.loads((tmp_path / "result.json").read_text())
+    """One play running release_archive; what it registered."""
+    return run_module(tmp_path, "gpucluster.provisioner.release_archive", args, *extra)
 
 
 TOP = "prometheus-2.53.4.linux-amd64"

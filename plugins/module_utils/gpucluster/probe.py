@@ -95,6 +95,15 @@ def check_args(module, params):
             module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
 
 
+def check_probe_option(module, probe):
+    """A `probe` option (pinned_packages', file_set's): node_probe's keys only, each checked."""
+    unknown = sorted(set(probe) - set(PROBE_OPTIONS))
+    if unknown:
+        module.fail_json(msg="probe takes %s, not %s"
+                         % (", ".join(PROBE_OPTIONS), ", ".join(unknown)))
+    check_args(module, probe)
+
+
 def read_node(module, params):
     """{files, globs, commands, installed, packages} as node_probe returns them."""
     max_bytes = int(params.get("max_bytes") or 1048576)
