@@ -257,13 +257,19 @@ def test_values_leave_the_host_installed_stack_alone() -> None:
 
 def test_cdi_is_on_because_the_toolkit_role_generates_the_spec() -> None:
     role = ROOT / "roles" / "nvidia_container_toolkit"
-    tasks = yaml.safe_load((role / "tasks" / "cdi.yml").read_text())
-    argvs = [t["ansible.builtin.command"]["argv"] for t in tasks
-             if "ansible.builtin.command" in t]
-    # The generator runs in a small sh script that compares its output with the installed spec.
-    assert any(argv[:2] == ["sh", "-c"] and argv[2].startswith("nvidia-ctk cdi generate ")
-               for argv in argvs), argvs
+    # The generator runs in a small sh script that compares its output with the installed spec,
+    # in the install call's probe (install.yml); cdi.yml installs what it generated.
+    role_vars = yaml.safe_load((role / "vars" / "main.yml").read_text())
+    argv = role_vars["__nvidia_container_toolkit_gen_query"]
+    assert argv[:2] == ["sh", "-c"] and argv[2].startswith("nvidia-ctk cdi generate "), argv
+    assert "__nvidia_container_toolkit_gen_query" in role_vars[
+        "__nvidia_container_toolkit_after_install_probe"]["commands"]
+    install = yaml.safe_load((role / "tasks" / "install.yml").read_text())
+    assert any(t.get("gpucluster.provisioner.pinned_packages", {}).get("probe")
+               == "{{ __nvidia_container_toolkit_after_install_probe }}" for t in install)
     assert "cdi.yml" in (role / "tasks" / "main.yml").read_text()
+    cdi = (role / "tasks" / "cdi.yml").read_text()
+    assert "src: \"{{ __nvidia_container_toolkit_scratch }}\"" in cdi
     assert k8s.operator_values()["cdi"]["enabled"] is True
 
 
