@@ -912,3 +912,187 @@ def test_shell_completion_is_attached_by_destination() -> None:
     assert completer("provisioner inspect", "profile") is cli.profile_names
     assert completer("provisioner sim up", "profile") is cli.profile_names
     assert completer("provisioner up", "limit") is None
+
+
+# session 15's sample of survivors ------------------------------------------------------------
+
+
+def test_console_output_is_not_highlighted_even_in_colour(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """rich's highlighter colours the numbers inside host names and addresses ("sim-gpu-1",
+    "10.88.0.2") wherever the output is coloured (FORCE_COLOR in CI): the CLI's consoles turn
+    it off."""
+    from rich.console import Console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    text = "sim-gpu-1 10.88.0.2 took 8.5 s [True]"
+    plain = Console()
+    with plain.capture() as cap:
+        plain.print(text)
+    assert "\x1b[" in cap.get()  # what rich does by default, in colour
+    for stderr in (False, True):
+        ours = cli._console(stderr=stderr)
+        assert ours.color_system is not None
+        with ours.capture() as cap:
+            ours.print(text)
+        assert cap.get() == text + "\n"
+
+
+def test_up_executors_without_a_limit_run_every_host(inventory: Path, fake_run: FakeRun,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """limit_hosts None is "no --limit" to bringup's sharding; an empty value would leave
+    every shard without a host."""
+    from provisioner import executors as ex
+
+    monkeypatch.setattr(ex, "check", lambda _e: None)
+    assert cli.main(["-q", "up", "-i", str(inventory), "--yes", "--executors", "exec-1"]) == 0
+    assert fake_run.options.executors == ex.parse("exec-1", None)
+    assert fake_run.options.limit_hosts is None and fake_run.options.limit is None
+
+
+def test_stacks_completes_stack_names_for_its_name_only() -> None:
+    """`provisioner stacks <TAB>` offers list/show (the choices of its first argument); only
+    the NAME after them completes to the stacks."""
+    parser = cli.build_parser()
+    for command in cli._subparsers(parser):
+        with_stacks = [a.dest for a in command._actions
+                       if vars(a).get("completer") is cli.stack_names]
+        expected = {"provisioner stacks": ["name"], "provisioner upgrade": ["stack"]}
+        assert with_stacks == expected.get(command.prog, []), command.prog
+
+
+def test_inspect_table_columns_are_each_checks_fields(
+        tables: Tables, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", str(IBSTAT), "--profile", "hgx-h100-8gpu", "--json"]) == 1
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert cli.main(["inspect", str(IBSTAT), "--profile", "hgx-h100-8gpu"]) == 1
+    [(_title, rows)] = tables.calls
+    assert len(rows) == len(checks)
+    assert any(c.get("expected") not in (None, "") for c in checks)
+    for row, check in zip(rows, checks, strict=True):
+        assert list(row) == ["name", "status", "measured", "expected", "detail"]
+        assert row == {k: str(check.get(k, "")) for k in row}
+
+
+def test_an_insecure_environment_is_refused_unless_the_inventory_says_so(
+        tmp_path: Path, inventory: Path, fake_run: FakeRun, runs: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert cli.main(["validate", "-i", str(inventory)]) == 2
+    assert lines(capsys.readouterr().err) == [
+        "error: ANSIBLE_HOST_KEY_CHECKING in the environment would turn off SSH host key "
+        "checking; unset it, or set ansible_host_key_checking: false in the inventory if you "
+        "mean it (the report then says so)"]
+    assert fake_run.calls == []
+    off = write_inventory(tmp_path / "off" / "hosts.yml", cpu=False,
+                          ansible_host_key_checking=False)
+    assert cli.main(["-q", "validate", "-i", str(off)]) == 0
+    assert len(fake_run.calls) == 1
+
+
+def test_the_host_key_warning_is_one_line_however_narrow_the_console(
+        tmp_path: Path, fake_run: FakeRun, runs: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    off = write_inventory(tmp_path / "hosts.yml", cpu=False, ansible_host_key_checking=False)
+    monkeypatch.setattr(cli, "console", Console(width=40, highlight=False))
+    assert cli.main(["validate", "-i", str(off)]) == 0
+    [note] = [n for n in saved_report(runs)["notes"] if "host key" in n]
+    assert len(note) > 40
+    assert f"warning: {note}" in capsys.readouterr().out.splitlines()
+
+
+def test_ansible_verbosity_stops_at_4(inventory: Path, fake_run: FakeRun,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for verbose, expected in (("-vvvv", "4"), ("-vvvvv", "4"), ("-vvvvvvv", "4"), ("-vvv", "3")):
+        monkeypatch.setenv("ANSIBLE_VERBOSITY", "")
+        monkeypatch.delenv("ANSIBLE_VERBOSITY")
+        assert cli.main(["validate", verbose, "-i", str(inventory)]) == 0
+        assert os.environ["ANSIBLE_VERBOSITY"] == expected, verbose
+
+
+def test_a_report_that_cannot_be_saved_after_an_error_is_a_warning(
+        inventory: Path, runs: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from provisioner import report as report_mod
+
+    monkeypatch.delenv("PROVISIONER_DEBUG", raising=False)
+    run_dirs: list[Path] = []
+
+    def full_disk(_path: Path, _text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def broken(_cp: Any, _report: Any, run_dir: Path, *_a: Any) -> bool:
+        run_dirs.append(run_dir)
+        monkeypatch.setattr(report_mod, "write_private", full_disk)
+        raise RuntimeError("the phase broke")
+
+    monkeypatch.setattr(bringup, "run_phases", broken)
+    assert cli.main(["validate", "-i", str(inventory)]) == 1
+    [run_dir] = run_dirs
+    assert lines(capsys.readouterr().err) == [
+        f"warning: cannot save the report in {run_dir}: No space left on device",
+        f"internal error: RuntimeError: the phase broke{INTERNAL}"]
+
+
+def test_sim_up_profile_goes_into_the_spec(tmp_path: Path, fake_sim: FakeSim,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.profiles import load_profiles
+    from provisioner.sim import cluster
+
+    given: list[tuple[Any, Any]] = []
+
+    def up(spec: Any, _inventory_dir: Path, profile_json: Any, progress: Any = None,
+           recreate: bool = False) -> Any:
+        given.append((spec, profile_json))
+        return fake_sim.up(spec, _inventory_dir, profile_json, progress, recreate)
+
+    monkeypatch.setattr(cluster, "up", up)
+    name = "hgx-h100-8gpu"
+    default = cluster.SimSpec().profile
+    assert name != default
+    assert cli.main(["-q", "sim", "up", "--profile", name, "--inventory-dir",
+                     str(tmp_path)]) == 0
+    [(spec, profile_json)] = given
+    assert spec.profile == name
+    assert profile_json == load_profiles()[name].sim_json()
+
+
+def test_sim_executors_count_progress_and_addresses(
+        fake_sim: FakeSim, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    from provisioner.sim import executors
+
+    counts: list[int] = []
+
+    def up(count: int, say: Any) -> dict[str, str]:
+        counts.append(count)
+        say(f"starting {count} executor(s)")
+        return {f"sim-exec-{i}": f"10.88.0.{20 + i}" for i in range(1, count + 1)}
+
+    ssh_config = Path("/sim/executors/ssh_config")
+    monkeypatch.setattr(executors, "up", up)
+    monkeypatch.setattr(executors, "ssh_config_path", lambda: ssh_config)
+    monkeypatch.setattr(cli, "console", Console(width=1000, highlight=False))
+    assert cli.main(["sim", "executors"]) == 0
+    assert counts == [2]  # its help: "how many (default 2; 0 removes them)"
+    assert lines(capsys.readouterr().out) == [
+        "starting 2 executor(s)", "  sim-exec-1     10.88.0.21", "  sim-exec-2     10.88.0.22",
+        f"use: provisioner up ... --executors sim-exec-1,sim-exec-2 --executor-ssh-config "
+        f"{ssh_config}"]
+    assert cli.main(["-q", "sim", "executors", "--count", "3"]) == 0
+    assert counts[-1] == 3
+    assert lines(capsys.readouterr().out) == [
+        "  sim-exec-1     10.88.0.21", "  sim-exec-2     10.88.0.22",
+        "  sim-exec-3     10.88.0.23",
+        f"use: provisioner up ... --executors sim-exec-1,sim-exec-2,sim-exec-3 "
+        f"--executor-ssh-config {ssh_config}"]
