@@ -23,12 +23,12 @@ REGENERATE = "python -m provisioner.clidoc"
 
 
 def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
-    """The parser and every command's parser below it, in the order they were added."""
+    """The parser and every command's parser below it, in the order they were added (the
+    walk cli.py gives every command its options and completers with)."""
+    from provisioner.cli import _subparsers
+
     yield parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                yield from _commands(child)
+    yield from _subparsers(parser)
 
 
 def _help(parser: argparse.ArgumentParser) -> str:
