@@ -40,7 +40,11 @@ def test_the_filter_is_registered_under_its_name() -> None:
 
 
 def test_the_role_throttles_its_reboot_with_the_filter_and_rescues_a_lost_node() -> None:
-    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/service.yml").read_text())
+    service = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/service.yml").read_text())
+    [include] = [t for t in service if "ansible.builtin.include_tasks" in t]
+    assert include["ansible.builtin.include_tasks"]["file"] == "reboot.yml"
+    assert include["when"] == "nvidia_driver_reboot_required and nvidia_driver_reboot_ok"
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_driver/tasks/reboot.yml").read_text())
     [block] = [t for t in tasks if "block" in t]
     [reboot] = [t for t in block["block"] if "gpucluster.provisioner.rolling_reboot" in t]
     assert "batch_count(ansible_play_hosts_all | length)" in reboot["throttle"]
