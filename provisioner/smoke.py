@@ -23,6 +23,10 @@ from provisioner.errors import InputError
 SCHEMA_VERSION = 1
 SIMULATED_SKIP_REASON = "simulated cluster: CPU gloo numbers, GPU floor not applicable"
 NO_FLOOR_REASON = "no busbw floor configured"
+# An all-reduce over one rank moves no data: nccl-tests' bus bandwidth factor 2(n-1)/n is 0, and
+# the algorithm bandwidth is the time of a no-op (seen on a lent H200: "369855 GB/s" at 8 GiB).
+ONE_RANK_SKIP_REASON = ("one rank: an all-reduce over a single GPU moves no data (bus bandwidth "
+                        "is 0 by definition); the floor is judged where at least 2 ranks take part")
 
 
 class _Model(BaseModel):
@@ -156,6 +160,8 @@ def _floor_check(result: SmokeResult, floor_gbps: float | None, simulated: bool,
         return FloorCheck(floor_gbps, best, True, GLOO_SKIP_REASON, size), None
     if floor_gbps is None:
         return FloorCheck(None, best, True, NO_FLOOR_REASON, size), None
+    if result.world_size < 2:
+        return FloorCheck(floor_gbps, best, True, ONE_RANK_SKIP_REASON, size), None
     nodes = ", ".join(result.nodes) or "(no nodes reported)"
     if point is None:
         return FloorCheck(floor_gbps, None, passed=False), (

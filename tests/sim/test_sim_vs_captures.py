@@ -302,3 +302,23 @@ def test_nvcc_version(tmp_path: Path, bundled: Bundled) -> None:
     assert len(sim_text.splitlines()) == len(real_text.splitlines()) == 5
     build = re.compile(r"^Build cuda_\d+\.\d+\.r\d+\.\d+/compiler\.\d+_0$")
     assert build.match(sim_text.splitlines()[-1]) and build.match(real_text.splitlines()[-1])
+
+
+def test_nvidia_smi_xml_h200_against_our_device_capture(tmp_path: Path, bundled: Bundled) -> None:
+    """Our own capture from a lent H200 (tests/fixtures/device-h200, driver 580.159.04): the
+    simulated H200 node prints the same fields, with the same units, as the real one."""
+    real_text = (ROOT / "tests/fixtures/device-h200/nvidia-smi-q-x.xml").read_text()
+    node(tmp_path, "hgx-h200-8gpu")
+    sim_text = sim_output(bundled, tmp_path, "nvidia_smi", "-q", "-x")
+    sim, real = parse_nvidia_smi_xml(sim_text), parse_nvidia_smi_xml(real_text)
+    assert differences(shape(sim), shape(real)) == []
+    for key in ("name", "memory_total_mib", "power_limit_w"):
+        assert sim["gpus"][0][key] == real["gpus"][0][key], key
+    sim_leaves, real_leaves = _xml_leaves(sim_text), _xml_leaves(real_text)
+    compared = 0
+    for path in sim_leaves.keys() & real_leaves.keys():
+        s, r = _UNIT.match(sim_leaves[path]), _UNIT.match(real_leaves[path])
+        if s and r:
+            compared += 1
+            assert s.group(1) == r.group(1), (path, sim_leaves[path], real_leaves[path])
+    assert compared >= 20

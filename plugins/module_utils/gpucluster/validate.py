@@ -21,7 +21,7 @@ def evaluate(facts, expected):
     if "gpu" in facts:
         checks.extend(_gpu_checks(facts.get("gpu"), expected))
     if "nvlink" in facts:
-        checks.extend(_nvlink_checks(facts.get("nvlink"), expected))
+        checks.extend(_nvlink_checks(facts.get("nvlink"), expected, facts.get("gpu")))
     if "ib" in facts:
         checks.extend(_ib_checks(facts.get("ib"), expected))
     if "xid" in facts:
@@ -119,7 +119,7 @@ def _gpu_checks(gpu, exp):
     return out
 
 
-def _nvlink_checks(nvl, exp):
+def _nvlink_checks(nvl, exp, gpu=None):
     want_links = exp.get("nvlink_links_per_gpu") or 0
     if not want_links:
         return [check("nvlink", SKIP, None, 0, "profile has no NVLink")]
@@ -127,6 +127,20 @@ def _nvlink_checks(nvl, exp):
         return [check("nvlink", FAIL, None, want_links, "cannot read NVLink status: %s"
                       % ((nvl or {}).get("error") or "no output"))]
     out = []
+    # A GPU nvidia-smi enumerates that `nvidia-smi nvlink -s` lists no link for has none this
+    # OS can use (seen on a lent H200, an SXM part passed through alone: the command prints
+    # nothing and exits 0). Without this, a profile that wants NVLink passed with no check.
+    listed = set(str(g.get("index")) for g in nvl.get("gpus") or [])
+    seen = [g.get("index") for g in (gpu or {}).get("gpus") or [] if not (gpu or {}).get("error")]
+    for idx in seen:
+        if str(idx) not in listed:
+            out.append(check("gpu%s_nvlink" % idx, FAIL, 0, want_links,
+                             "GPU%s: nvidia-smi nvlink -s lists no NVLink (the profile wants %d)"
+                             % (idx, want_links)))
+    if not listed and not seen:
+        out.append(check("nvlink", FAIL, 0, want_links,
+                         "nvidia-smi nvlink -s lists no GPU's NVLinks (the profile wants %d "
+                         "per GPU)" % want_links))
     speed = exp.get("nvlink_link_speed_gbps")
     for g in nvl.get("gpus") or []:
         idx = g.get("index")
