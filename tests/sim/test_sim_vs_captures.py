@@ -129,14 +129,9 @@ def _xml_leaves(text: str) -> dict[str, str]:
     return leaves
 
 
-def test_nvidia_smi_xml_a100(tmp_path: Path, bundled: Bundled) -> None:
-    real_text = capture("nvidia-smi-xml", "a100-sxm4-80gb-mig-535.xml")
-    node(tmp_path, "hgx-a100-8gpu")
-    sim_text = sim_output(bundled, tmp_path, "nvidia_smi", "-q", "-x")
-    sim, real = parse_nvidia_smi_xml(sim_text), parse_nvidia_smi_xml(real_text)
-    assert differences(shape(sim), shape(real)) == []
-    assert sim["gpus"][0]["name"] == real["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
-    # Units: every value both print with a unit (MiB, W, MHz, C, %...) carries the same one.
+def same_units(sim_text: str, real_text: str) -> int:
+    """Every value both print with a unit (MiB, W, MHz, C, %...) carries the same one; how
+    many were compared."""
     sim_leaves, real_leaves = _xml_leaves(sim_text), _xml_leaves(real_text)
     compared = 0
     for path in sim_leaves.keys() & real_leaves.keys():
@@ -144,7 +139,17 @@ def test_nvidia_smi_xml_a100(tmp_path: Path, bundled: Bundled) -> None:
         if s and r:
             compared += 1
             assert s.group(1) == r.group(1), (path, sim_leaves[path], real_leaves[path])
-    assert compared >= 20
+    return compared
+
+
+def test_nvidia_smi_xml_a100(tmp_path: Path, bundled: Bundled) -> None:
+    real_text = capture("nvidia-smi-xml", "a100-sxm4-80gb-mig-535.xml")
+    node(tmp_path, "hgx-a100-8gpu")
+    sim_text = sim_output(bundled, tmp_path, "nvidia_smi", "-q", "-x")
+    sim, real = parse_nvidia_smi_xml(sim_text), parse_nvidia_smi_xml(real_text)
+    assert differences(shape(sim), shape(real)) == []
+    assert sim["gpus"][0]["name"] == real["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert same_units(sim_text, real_text) >= 20
 
 
 # --------------------------------------------------------------------------- nvidia-smi topo -m
@@ -314,11 +319,4 @@ def test_nvidia_smi_xml_h200_against_our_device_capture(tmp_path: Path, bundled:
     assert differences(shape(sim), shape(real)) == []
     for key in ("name", "memory_total_mib", "power_limit_w"):
         assert sim["gpus"][0][key] == real["gpus"][0][key], key
-    sim_leaves, real_leaves = _xml_leaves(sim_text), _xml_leaves(real_text)
-    compared = 0
-    for path in sim_leaves.keys() & real_leaves.keys():
-        s, r = _UNIT.match(sim_leaves[path]), _UNIT.match(real_leaves[path])
-        if s and r:
-            compared += 1
-            assert s.group(1) == r.group(1), (path, sim_leaves[path], real_leaves[path])
-    assert compared >= 20
+    assert same_units(sim_text, real_text) >= 20
