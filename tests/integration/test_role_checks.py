@@ -5,13 +5,10 @@ for the report; a reading with none passes."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.integration.localplay import PLAYBOOK, ROOT
+from tests.integration.localplay import ROOT, run_play
 
 HEADER = "#define CUDNN_MAJOR 9\n#define CUDNN_MINOR {minor}\n#define CUDNN_PATCHLEVEL 0\n"
 
@@ -34,13 +31,7 @@ def run_verify(tmp_path: Path, minor: int, mismatched: list[str]) -> dict[str, A
                  {"name": "keep the report", "ansible.builtin.copy": {
                      "content": "{{ cudnn_report | to_json }}",
                      "dest": str(tmp_path / "report.json")}}]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    proc = subprocess.run([str(PLAYBOOK), "-i", "localhost,", "-c", "local",
-                           "-e", f"ansible_python_interpreter={sys.executable}",
-                           str(tmp_path / "play.yml")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_play(tmp_path, play)
     failed = tmp_path / "failed.json"
     return {"report": json.loads((tmp_path / "report.json").read_text()),
             **({"failed": json.loads(failed.read_text())} if failed.exists() else {})}

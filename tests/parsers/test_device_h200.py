@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 from gpucluster.nvlink import parse_nvlink_status
 from gpucluster.nvsmi_xml import parse_nvidia_smi_xml
 from gpucluster.topo import parse_topo_matrix
 from gpucluster.validate import evaluate
 
+from provisioner.profiles import load_profiles
 from provisioner.smoke import ONE_RANK_SKIP_REASON, judge, load_smoke_result
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,8 +25,7 @@ HERE = ROOT / "tests" / "fixtures" / "device-h200"
 
 
 def profile() -> dict:
-    data = yaml.safe_load((ROOT / "provisioner" / "data" / "profiles.yml").read_text())
-    return (data.get("profiles") or data)["hgx-h200-8gpu"]
+    return load_profiles()["hgx-h200-8gpu"].model_dump()
 
 
 def gpu_facts() -> dict:

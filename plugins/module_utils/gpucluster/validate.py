@@ -131,7 +131,8 @@ def _nvlink_checks(nvl, exp, gpu=None):
     # OS can use (seen on a lent H200, an SXM part passed through alone: the command prints
     # nothing and exits 0). Without this, a profile that wants NVLink passed with no check.
     listed = set(str(g.get("index")) for g in nvl.get("gpus") or [])
-    seen = [g.get("index") for g in (gpu or {}).get("gpus") or [] if not (gpu or {}).get("error")]
+    gpu = gpu or {}
+    seen = [] if gpu.get("error") else [g.get("index") for g in gpu.get("gpus") or []]
     for idx in seen:
         if str(idx) not in listed:
             out.append(check("gpu%s_nvlink" % idx, FAIL, 0, want_links,
