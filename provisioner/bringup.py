@@ -216,6 +216,11 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
         report.notes.append(f"SSH host key checking is OFF for {len(report.host_key_checking_off)}"
                             f" host(s) ({', '.join(report.host_key_checking_off[:5])}): the "
                             "inventory turns it off")
+    for note in plan.lifecycle:
+        report.driver_lifecycle.append({"stack": note.stack, "branch": note.branch,
+                                        "end_of_life": note.end, "kind": note.kind,
+                                        "hosts": list(note.hosts)})
+        report.notes.append(note.text)
     for name, host in plan.hosts.items():
         report.hosts[name] = {
             "kind": host.kind,

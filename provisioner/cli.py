@@ -280,10 +280,19 @@ def build_parser() -> argparse.ArgumentParser:
     upg.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
     _json_option(upg, "the run's report")
 
-    stacks = sub.add_parser("stacks", help="the matrix of known-good stacks")
-    stacks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    stacks = sub.add_parser("stacks", help="the matrix of known-good stacks; `stacks verify` "
+                            "checks its pins against a repository's own index")
+    stacks.add_argument("action", nargs="?", choices=["list", "show", "verify"], default="list")
     stacks.add_argument("name", nargs="?", help="the stack to show")
-    _json_option(stacks, "the list or the stack")
+    stacks.add_argument("--index", metavar="DIR|URL",
+                        help="verify: an apt repository's directory (Packages[.gz]) or a dnf "
+                             "repository's (repodata/)")
+    stacks.add_argument("--os", dest="os_dir", metavar="OS",
+                        help="verify: the OS whose pins to check (debian12, ubuntu2404, rhel9, "
+                             "...); default: the OS directory the index path names")
+    stacks.add_argument("--stack", dest="only_stack", metavar="NAME",
+                        help="verify: this stack only")
+    _json_option(stacks, "the list, the stack or the verification")
 
     profs = sub.add_parser("profiles", help="the hardware profiles (GPU, minimum driver, fabric)")
     _json_option(profs, "the list")
@@ -392,7 +401,8 @@ _COMPLETERS: dict[str, Callable[..., Any]] = {
 
 def _finish(parser: argparse.ArgumentParser) -> None:
     """Give every command -v/-q and the completers of its arguments."""
-    completers = {**_COMPLETERS, "profile": profile_names, "stack": stack_names}
+    completers = {**_COMPLETERS, "profile": profile_names, "stack": stack_names,
+                  "only_stack": stack_names}
     for child in _subparsers(parser):
         if not any("--verbose" in a.option_strings for a in child._actions):
             _global_options(child, command=True)
@@ -730,6 +740,10 @@ def _stacks(args: argparse.Namespace) -> int:
     from provisioner import render
 
     matrix = stacks.load_matrix()
+    if args.action == "verify":
+        return _stacks_verify(args, matrix)
+    if args.index or args.os_dir or args.only_stack:
+        raise InputError("--index, --os and --stack belong to `provisioner stacks verify`")
     if args.action == "show":
         if not args.name:
             raise InputError("stacks show: name a stack, e.g. `provisioner stacks show "
@@ -751,6 +765,42 @@ def _stacks(args: argparse.Namespace) -> int:
     else:
         render.rows_table(console, "known-good stacks (provisioner/data/stacks.yml)", rows)
     return EXIT_OK
+
+
+def _stacks_verify(args: argparse.Namespace, matrix: Any) -> int:
+    """Every pin of the matrix for one OS against a repository's index: one line per problem,
+    a summary table (or --json); exit 1 when a pin is missing."""
+    from provisioner import render
+    from provisioner.matrix import index as index_mod
+    from provisioner.matrix import verify as verify_mod
+
+    if args.name:
+        raise InputError(f"stacks verify takes no name (got {args.name!r}); to check one stack: "
+                         f"--stack {args.name}")
+    if not args.index:
+        raise InputError("stacks verify: give --index DIR|URL, the repository whose index the "
+                         "pins are checked against")
+    os_dir = args.os_dir or verify_mod.infer_os(matrix, args.index)
+    if os_dir is None:
+        raise InputError(f"stacks verify: the index path {args.index} names no OS of stacks.yml; "
+                         f"give --os (one of {', '.join(sorted(matrix.repositories.cuda))})")
+    result = verify_mod.verify(matrix, index_mod.load_index(args.index), os_dir,
+                               args.only_stack)
+    if args.json:
+        print(render.as_json(result.as_dict()))
+    else:
+        for check in result.checks:
+            if check.status != "present":
+                console.print(escape(check.line(os_dir)), soft_wrap=True)
+        render.rows_table(console, f"pins of {os_dir} against {args.index}", result.summary())
+        if result.not_carried:
+            console.print(escape(f"not in this repository (check them against its own): "
+                                 f"{', '.join(result.not_carried)}"), soft_wrap=True)
+    missing = len(result.missing)
+    verdict = (f"{missing} pin(s) missing from the index" if missing
+               else f"every pin of {os_dir} is in the index")
+    (errconsole if args.json else console).print(escape(verdict))
+    return EXIT_FAILED if missing else EXIT_OK
 
 
 def _profiles(args: argparse.Namespace) -> int:
@@ -860,6 +910,8 @@ def _build(inventory: str, stack: str | None = None) -> ClusterPlan:
     from provisioner import plan as plan_mod
 
     cp = plan_mod.build(inventory, stack=stack)
+    for note in cp.lifecycle:
+        errconsole.print(escape(note.text), soft_wrap=True)
     if not cp.inventory.simulated:
         sim = sorted(n for n, h in cp.hosts.items() if h.profile is not None
                      and h.profile.simulated)

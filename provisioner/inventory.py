@@ -39,6 +39,15 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                               "gpu_package_source serves, when it runs on "
                                               "the controller (the smoke job's wheelhouse "
                                               "goes under its wheels/)"},
+    "gpu_package_index": {"type": "str",
+                          "description": "a directory or http(s) URL of an Ubuntu CUDA "
+                                         "repository's index (Packages): where a driver "
+                                         "override outside the matrix gets its package "
+                                         "revisions (`provisioner stacks verify --index`)"},
+    "allow_eol_driver": {"type": "bool",
+                         "description": "allow a stack whose driver branch is past its end of "
+                                        "life (stacks.yml driver_branches): one warning, "
+                                        "recorded in the report"},
     "provisioner_simulated": {"type": "bool",
                               "description": "set by `provisioner sim up` on every host of "
                                              "the simulated cluster (all hosts or none)"},

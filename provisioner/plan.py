@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,12 @@ from provisioner.matrix import (
     ResolvedStack,
     StackMatrix,
     check_cluster,
+    lifecycle,
     load_matrix,
     packages_for,
     resolve_stack,
 )
+from provisioner.matrix.index import PackageIndex, load_index
 from provisioner.matrix.packages import replaced_packages
 from provisioner.profiles import Profile, load_profiles
 
@@ -112,6 +115,9 @@ def _pins_by_component(stack: ResolvedStack, family: str,
 class ClusterPlan:
     inventory: inv_mod.Inventory
     hosts: dict[str, HostPlan] = field(default_factory=dict)
+    # Driver branches ending within 90 days, or past their end where the inventory allows it:
+    # one warning line each, recorded in the report.
+    lifecycle: list[lifecycle.LifecycleNote] = field(default_factory=list)
 
     @property
     def simulated(self) -> bool:
@@ -144,10 +150,12 @@ class _Dumper(yaml.SafeDumper):
 
 
 def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
-          profiles: dict[str, Profile] | None = None, *, stack: str | None = None) -> ClusterPlan:
+          profiles: dict[str, Profile] | None = None, *, stack: str | None = None,
+          today: date | None = None) -> ClusterPlan:
     """The plan of an inventory. ``stack`` (``provisioner upgrade --stack``) is the gpu_stack
     of every GPU host, over the inventory's own; the rest of the resolution and every rule stay
-    the same, so an override that cannot work is refused like a bad inventory."""
+    the same, so an override that cannot work is refused like a bad inventory. ``today``
+    (default: the clock, see lifecycle.today) judges the driver branches' end of life."""
     inventory = inv_mod.load(inventory_path)
     matrix = matrix or load_matrix()
     profiles = profiles if profiles is not None else load_profiles()
@@ -158,6 +166,8 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
     where = f"inventory {inventory.source}"
     gpu_fabrics: set[str] = set()
     memo: dict[Any, Any] = {}
+    indexes: dict[str, PackageIndex] = {}
+    eol: list[tuple[str, int, str, bool]] = []
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
             continue
@@ -171,7 +181,10 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
                              f"choose one of {', '.join(sorted(profiles))}")
         hostvars = entry.vars if stack is None else {**entry.vars, "gpu_stack": stack}
         try:
-            host_stack = resolve_stack(name, hostvars, profile, matrix)
+            host_stack = resolve_stack(name, hostvars, profile, matrix,
+                                       _package_index(name, entry.vars, indexes))
+            eol.append((name, host_stack.driver_branch, host_stack.stack,
+                        _flag(name, entry.vars, "allow_eol_driver")))
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from exc
         fabric = str(entry.vars.get("fabric") or profile.fabric)
@@ -186,9 +199,31 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
     try:
         check_cluster(resolved)
+        plan.lifecycle = lifecycle.judge(matrix, today or lifecycle.today(), eol)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from exc
     return plan
+
+
+def _flag(host: str, hostvars: Mapping[str, Any], name: str) -> bool:
+    value = hostvars.get(name, False)
+    if not isinstance(value, bool):
+        raise InputError(f"host {host}: {name} must be true or false, got {value!r}")
+    return value
+
+
+def _package_index(host: str, hostvars: Mapping[str, Any],
+                   indexes: dict[str, PackageIndex]) -> PackageIndex | None:
+    """The repository index ``gpu_package_index`` names (read once per plan), or None."""
+    source = hostvars.get("gpu_package_index")
+    if source in (None, ""):
+        return None
+    if not isinstance(source, str):
+        raise InputError(f"host {host}: gpu_package_index must be a directory or URL, got "
+                         f"{source!r}")
+    if source not in indexes:
+        indexes[source] = load_index(source)
+    return indexes[source]
 
 
 def _gpu_host(name: str, profile: Profile, stack: ResolvedStack, fabric: str,

@@ -172,6 +172,9 @@ class Report:
     # `up --executors`: executor -> the hosts it ran (the per-node phases; each host's entry
     # names its executor too). Empty when the controller ran every phase itself.
     executors: dict[str, list[str]] = field(default_factory=dict)
+    # Driver branches near or past their end of life (plan.lifecycle): stack, branch, end,
+    # kind ("ending", or "ended-allowed" where allow_eol_driver let it run), hosts.
+    driver_lifecycle: list[dict[str, Any]] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic, repr=False)
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)

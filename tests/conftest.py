@@ -16,6 +16,14 @@ sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 CAPTURES = Path(os.environ.get("GPUC_CAPTURES") or ROOT.parent / "shared" / "captures")
 
 
+# The day every test but the lifecycle ones plans on (PROVISIONER_TODAY, read by
+# provisioner.matrix.lifecycle.today): a day on which no driver branch of the matrix has ended
+# or ends within 90 days, so tests of other features are not judged by the calendar, and do
+# not change verdict as NVIDIA's branches age. Tests of the lifecycle set their own day.
+TEST_TODAY = "2025-05-15"
+os.environ.setdefault("PROVISIONER_TODAY", TEST_TODAY)
+
+
 # `make mutation` (mutmut sets MUTANT_UNDER_TEST in its pytest process): processes a test starts
 # import mutmut's mutated copy of the package and report the functions they reach
 # (tests/mutmut_subprocess/sitecustomize.py); nothing of this happens in any other run.

@@ -25,7 +25,6 @@ from provisioner.matrix.versions import (
     FAMILIES,
     FLAVORS,
     driver_branch,
-    version_tuple,
 )
 
 if TYPE_CHECKING:
@@ -44,10 +43,11 @@ class PackagePin:
 
 @dataclass(frozen=True)
 class UbuntuRevision:
-    """From driver release ``from_driver`` on: the Debian revisions of nvidia-driver-<B>[-open]
-    and cuda-drivers-<B> in NVIDIA's Ubuntu CUDA repositories [UREPO]."""
+    """The Debian revisions of nvidia-driver-<B>[-open] and cuda-drivers-<B> for one driver
+    release in NVIDIA's Ubuntu CUDA repositories [UREPO]. They follow the publishing date, not
+    the version number (535.183.06 is -1, the older 535.216.01 -0ubuntu1's successor...), so
+    they are facts per release, never derived."""
 
-    from_driver: str
     nvidia_driver: str
     cuda_drivers: str
 
@@ -58,14 +58,13 @@ class NamingFacts:
 
     # The matrix's fabricmanager_unsuffixed_from_branch [REPO].
     fabricmanager_unsuffixed_from_branch: int
-    # The matrix's ubuntu_driver_revisions, ascending, at least one row [UREPO].
-    ubuntu_driver_revisions: tuple[UbuntuRevision, ...]
+    # The matrix's ubuntu_driver_packages: (release, revisions), ascending [UREPO].
+    ubuntu_driver_packages: tuple[tuple[str, UbuntuRevision], ...]
 
-    def ubuntu_revision(self, driver_version: str) -> UbuntuRevision:
-        """The row that holds for ``driver_version`` (the first row for older releases)."""
-        rows = self.ubuntu_driver_revisions
-        fits = [r for r in rows if version_tuple(driver_version) >= version_tuple(r.from_driver)]
-        return fits[-1] if fits else rows[0]
+    def ubuntu_revision(self, driver_version: str) -> UbuntuRevision | None:
+        """The revisions stacks.yml states for exactly this release (None: not stated)."""
+        return next((rev for release, rev in self.ubuntu_driver_packages
+                     if release == driver_version), None)
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,9 @@ class NamingInputs:
     container_toolkit_version: str
     dcgm_version: str
     facts: NamingFacts
+    # A host's driver override outside the matrix: its Ubuntu revisions, read from a repository
+    # index or given in full (matrix/resolve.py); None: the matrix's own for the release.
+    ubuntu_revision: UbuntuRevision | None = None
 
     @property
     def cuda_major(self) -> int:
@@ -105,12 +107,12 @@ class NamingInputs:
             cuda_version=r.cuda_version, cuda_toolkit_version=r.cuda_toolkit_version,
             cudnn_version=r.cudnn_version, nccl_version=r.nccl_version,
             container_toolkit_version=r.container_toolkit_version, dcgm_version=r.dcgm_version,
-            facts=r.naming)
+            facts=r.naming, ubuntu_revision=r.ubuntu_revision)
 
     def key(self, component: str) -> tuple[object, ...]:
         """Everything ``component``'s names and versions depend on (besides the flavour)."""
         return {
-            "driver": (self.driver_version,),
+            "driver": (self.driver_version, self.ubuntu_revision),
             "fabricmanager": (self.fabricmanager_version,),
             "cuda_toolkit": (self.cuda_toolkit_version,),
             "cudnn": (self.cudnn_version, self.cuda_major),
@@ -135,7 +137,11 @@ def conventional(v: NamingInputs, component: str, family: str,
             # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG], each at the
             # revision the Ubuntu repositories carry for that release [UREPO].
             drv = f"nvidia-driver-{b}-open" if open_flavor else f"nvidia-driver-{b}"
-            rev = v.facts.ubuntu_revision(d)
+            rev = v.ubuntu_revision or v.facts.ubuntu_revision(d)
+            if rev is None:
+                raise InputError(f"driver {d}: its Ubuntu package revisions are not in "
+                                 "stacks.yml ubuntu_driver_packages; give a repository index "
+                                 "or the full package version")
             return [(drv, f"{d}-{rev.nvidia_driver}"),
                     (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
         # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
@@ -179,6 +185,12 @@ def conventional(v: NamingInputs, component: str, family: str,
         return [("datacenter-gpu-manager-4-core", f"1:{g}-1"),
                 (f"datacenter-gpu-manager-4-cuda{major}", f"1:{g}-1")]
     raise ValueError(f"unknown component {component!r}")
+
+
+# Components whose pins differ between the apt families (Debian's and Ubuntu's CUDA
+# repositories): the driver's names [CIG] and the fabric manager's Ubuntu revision [UREPO]. Every
+# other component is the same package in both, so apt_ubuntu reads apt's pins for it.
+OS_NAMED: tuple[str, ...] = ("driver", "fabricmanager")
 
 
 def with_exceptions(pins: list[tuple[str, str]],
@@ -264,8 +276,9 @@ def _pins_key(r: ResolvedStack, family: str) -> tuple[object, ...]:
     """Everything ``packages_for`` reads from ``r``: the naming inputs, the flavour, whether the
     fabric manager runs, and which matrix stack (its exceptions) by identity."""
     return (family, id(r.base), r.stack, r.module_flavor, r.fabricmanager_enabled, r.naming,
-            r.driver_version, r.fabricmanager_version, r.cuda_version, r.cuda_toolkit_version,
-            r.cudnn_version, r.nccl_version, r.container_toolkit_version, r.dcgm_version)
+            r.driver_version, r.ubuntu_revision, r.fabricmanager_version, r.cuda_version,
+            r.cuda_toolkit_version, r.cudnn_version, r.nccl_version, r.container_toolkit_version,
+            r.dcgm_version)
 
 
 # Components whose package names carry the driver branch, the module flavour, the CUDA major or

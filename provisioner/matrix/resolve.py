@@ -9,13 +9,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioner.errors import InputError
-from provisioner.matrix.packages import NamingFacts
+from provisioner.matrix.index import PackageIndex, versions_of_release
+from provisioner.matrix.packages import NamingFacts, UbuntuRevision
 from provisioner.matrix.schema import ArchitectureSpec, Stack, StackMatrix, dnf_module_stream
 from provisioner.matrix.versions import (
     CTK_RE,
     CUDA_RE,
     CUDNN_RE,
     CUDNN_SHORT_RE,
+    DEBIAN_REVISION_RE,
     DRIVER_RE,
     FLAVORS,
     NCCL_RE,
@@ -54,6 +56,9 @@ class ResolvedStack:
     # {package family: [distribution packages]} and kernel modules; empty when nothing.
     fabricmanager_packages: dict[str, list[str]] = field(default_factory=dict, compare=False)
     fabricmanager_kernel_modules: tuple[str, ...] = ()
+    # A driver override outside the matrix: its Ubuntu package revisions, from a repository
+    # index or the override's own full version (None: the matrix's, or no Ubuntu OS).
+    ubuntu_revision: UbuntuRevision | None = None
     # What the packages are derived from: the stack as the file states it, and the naming facts
     # the matrix holds (kept here so packages_for needs no matrix argument).
     base: Stack | None = field(default=None, repr=False, compare=False)
@@ -116,25 +121,26 @@ RESOLVE_VARIABLES = ("gpu_stack", "nvidia_driver_version", "nvidia_driver_module
                      "cuda_version", "cudnn_version", "nccl_version",
                      "nvidia_container_toolkit_version", "nvidia_fabricmanager_version")
 _CACHE_LIMIT = 1024
-_CacheKey = tuple[int, int, tuple[tuple[str, str], ...]]
+_CacheKey = tuple[int, int, int, tuple[tuple[str, str], ...]]
 # key -> (matrix, profile, resolved): the objects are held so that their ids stay theirs.
 _cache: dict[_CacheKey, tuple[StackMatrix, Profile | None, ResolvedStack]] = {}
 
 
 def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
-                  matrix: StackMatrix) -> ResolvedStack:
+                  matrix: StackMatrix, index: PackageIndex | None = None) -> ResolvedStack:
     """Apply ``gpu_stack`` and the overrides for ``host``, then check every rule.
 
     A fleet has thousands of hosts and a handful of distinct (profile, stack, overrides)
     groups: each group is resolved once per matrix and profile object (both frozen) and every
     other host of the group gets a copy naming it. Violations are never cached, so an error
-    names the host it was found on, as an uncached resolution would."""
-    key: _CacheKey = (id(matrix), id(profile), tuple(
+    names the host it was found on, as an uncached resolution would. ``index``: an Ubuntu CUDA
+    repository's index, where a driver override outside the matrix finds its revisions."""
+    key: _CacheKey = (id(matrix), id(profile), id(index), tuple(
         (type(value).__name__, repr(value)) for value in map(hostvars.get, RESOLVE_VARIABLES)))
     hit = _cache.get(key)
     if hit is not None and hit[0] is matrix and hit[1] is profile:
         return replace(hit[2], host=host)
-    resolved = _resolve(host, hostvars, profile, matrix)
+    resolved = _resolve(host, hostvars, profile, matrix, index)
     if len(_cache) >= _CACHE_LIMIT:
         _cache.clear()
     _cache[key] = (matrix, profile, resolved)
@@ -142,7 +148,7 @@ def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | Non
 
 
 def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
-             matrix: StackMatrix) -> ResolvedStack:
+             matrix: StackMatrix, index: PackageIndex | None = None) -> ResolvedStack:
     stack_name = _override(hostvars, "gpu_stack", host) or matrix.default_stack
     stack = matrix.stacks.get(stack_name)
     if stack is None:
@@ -160,10 +166,13 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
 
     # Driver (and with it the fabric manager, which must equal it).
     driver = _override(hostvars, "nvidia_driver_version", host)
+    ubuntu_revision: UbuntuRevision | None = None
     if driver is not None:
+        driver, given = _split_revision(driver)
         if not DRIVER_RE.match(driver):
             raise _bad_format(host, "nvidia_driver_version", driver, "550.54.15")
         overrides.append("nvidia_driver_version")
+        ubuntu_revision = _ubuntu_revision(host, driver, given, stack, matrix, index)
     driver_version = driver or stack.driver.version
     branch = int(driver_version.split(".")[0])
 
@@ -225,10 +234,49 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
         fabricmanager_packages=({f: list(p) for f, p in prerequisite.packages.items()}
                                 if prerequisite else {}),
         fabricmanager_kernel_modules=prerequisite.kernel_modules if prerequisite else (),
-        base=stack, naming=matrix.naming_facts,
+        ubuntu_revision=ubuntu_revision, base=stack, naming=matrix.naming_facts,
     )
     _check_rules(resolved, set(overrides), profile, matrix)
     return resolved
+
+
+def _split_revision(raw: str) -> tuple[str, str | None]:
+    """``580.126.09-1ubuntu1`` -> (``580.126.09``, ``1ubuntu1``); no revision -> None."""
+    version, dash, revision = raw.partition("-")
+    if dash and DEBIAN_REVISION_RE.match(revision):
+        return version, revision
+    return raw, None
+
+
+def _ubuntu_revision(host: str, driver: str, given: str | None, stack: Stack,
+                     matrix: StackMatrix, index: PackageIndex | None) -> UbuntuRevision | None:
+    """The Ubuntu revisions of an overridden driver: stated in full by the host, known to the
+    matrix, or read from the repository index. They follow the publishing date, not the
+    version [HOLO], so a release none of these know is refused rather than guessed."""
+    if given is not None:
+        return UbuntuRevision(given, given)
+    ubuntu = [os for os in stack.os_support if os in matrix.repositories.cuda
+              and matrix.repositories.cuda[os].package_family == "apt_ubuntu"]
+    if not ubuntu or matrix.naming_facts.ubuntu_revision(driver) is not None:
+        return None
+    branch = driver.split(".", maxsplit=1)[0]
+    cuda_drivers, open_name, closed_name = (f"cuda-drivers-{branch}",
+                                            f"nvidia-driver-{branch}-open",
+                                            f"nvidia-driver-{branch}")
+    if index is None:
+        raise InputError(f"host {host}: nvidia_driver_version {driver} is not a release in "
+                         f"stacks.yml, and its Ubuntu package revision ({ubuntu[0]}) is a "
+                         "fact of the repository, not of the number: set gpu_package_index to "
+                         "the Ubuntu CUDA repository's index, or give the full package version "
+                         f"as that repository lists it (nvidia_driver_version: "
+                         f"\"{driver}-<revision>\")")
+    found = versions_of_release(index, (cuda_drivers, open_name, closed_name), driver)
+    if cuda_drivers not in found:
+        raise InputError(f"host {host}: nvidia_driver_version {driver}: the index "
+                         f"{index.source} has no {cuda_drivers} of that release; check the "
+                         "version, or give the full package version")
+    nvidia = found.get(open_name) or found.get(closed_name) or found[cuda_drivers]
+    return UbuntuRevision(nvidia.partition("-")[2], found[cuda_drivers].partition("-")[2])
 
 
 def _default_flavor(stack: Stack, branch: int, matrix: StackMatrix,

@@ -15,12 +15,14 @@ from provisioner.matrix.versions import (
     CUDA_RE,
     CUDNN_RE,
     DCGM_RE,
+    DEBIAN_REVISION_RE,
     DRIVER_RE,
     FAMILIES,
     NCCL_RE,
     STACK_NAME_RE,
     TOOLKIT_RE,
     Component,
+    Designation,
     Flavor,
     PackageFamily,
     cuda_key,
@@ -147,12 +149,22 @@ class CudaRepository(RepositoryKey):
     driver_module_streams: bool = False
 
 
-class UbuntuRevisionRow(_Model):
-    """One row of ubuntu_driver_revisions [UREPO]."""
+class UbuntuDriverRelease(_Model):
+    """The Debian revisions one driver release carries in NVIDIA's Ubuntu CUDA repositories
+    (ubuntu_driver_packages) [UREPO]: they follow the publishing date, not the version."""
 
-    from_driver: str = Field(pattern=DRIVER_RE.pattern)
-    nvidia_driver: str = Field(pattern=r"^[0-9A-Za-z.~+]+$")
-    cuda_drivers: str = Field(pattern=r"^[0-9A-Za-z.~+]+$")
+    nvidia_driver: str = Field(pattern=DEBIAN_REVISION_RE.pattern)
+    cuda_drivers: str = Field(pattern=DEBIAN_REVISION_RE.pattern)
+
+
+class DriverBranch(_Model):
+    """One driver branch's place in NVIDIA's data-center lifecycle (driver_branches) [LIFE]."""
+
+    designation: Designation
+    # "YYYY-MM" (supported to the end of that month, as NVIDIA's table states it) or
+    # "YYYY-MM-DD"; null where NVIDIA publishes none (new feature branches).
+    end_of_life: str | None = Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
+    source: str = Field(min_length=1)
 
 
 class FabricManagerPrerequisite(_Model):
@@ -189,7 +201,8 @@ class StackMatrix(_Model):
     open_modules_min_branch: int
     open_modules_default_from_branch: int
     fabricmanager_unsuffixed_from_branch: int
-    ubuntu_driver_revisions: tuple[UbuntuRevisionRow, ...] = Field(min_length=1)
+    ubuntu_driver_packages: dict[str, UbuntuDriverRelease] = Field(min_length=1)
+    driver_branches: dict[int, DriverBranch] = Field(min_length=1)
     fabricmanager_prerequisites: tuple[FabricManagerPrerequisite, ...] = ()
     cuda_minimum_driver: dict[str, str] = Field(min_length=1)
     architectures: dict[str, ArchitectureSpec] = Field(min_length=1)
@@ -216,9 +229,10 @@ class StackMatrix(_Model):
             if not CUDA_RE.match(cuda) or not DRIVER_RE.match(driver):
                 raise ValueError(f"cuda_minimum_driver entry {cuda!r}: {driver!r} is not "
                                  "'X.Y': 'driver version' (quote both)")
-        starts = [version_tuple(r.from_driver) for r in self.ubuntu_driver_revisions]
-        if starts != sorted(set(starts)):
-            raise ValueError("ubuntu_driver_revisions: rows must ascend by from_driver, each once")
+        for release in self.ubuntu_driver_packages:
+            if not DRIVER_RE.match(release):
+                raise ValueError(f"ubuntu_driver_packages: {release!r} is not a driver release "
+                                 "like '580.95.05' (quote it)")
         generations = [p.nvswitch_generation for p in self.fabricmanager_prerequisites]
         if len(generations) != len(set(generations)):
             raise ValueError("fabricmanager_prerequisites: one entry per nvswitch_generation")
@@ -227,6 +241,15 @@ class StackMatrix(_Model):
             if stack.cuda_version not in self.cuda_minimum_driver:
                 raise ValueError(f"stack {stack.name}: cuda_version {stack.cuda_version} has "
                                  "no cuda_minimum_driver entry")
+            if stack.driver.branch not in self.driver_branches:
+                raise ValueError(f"stack {stack.name}: driver branch {stack.driver.branch} has no "
+                                 "driver_branches entry (designation, end_of_life, source)")
+            ubuntu = [os for os in stack.os_support if os in self.repositories.cuda
+                      and self.repositories.cuda[os].package_family == "apt_ubuntu"]
+            if ubuntu and stack.driver.version not in self.ubuntu_driver_packages:
+                raise ValueError(f"stack {stack.name}: os_support {ubuntu[0]} needs the Ubuntu "
+                                 f"revisions of driver {stack.driver.version}: add it to "
+                                 "ubuntu_driver_packages with its source, or drop the OS")
             unknown_os = sorted(set(stack.os_support) - set(self.repositories.cuda))
             if unknown_os:
                 raise ValueError(f"stack {stack.name}: os_support {unknown_os[0]} has no "
@@ -265,9 +288,10 @@ class StackMatrix(_Model):
         """What package names depend on besides a stack's own versions."""
         return NamingFacts(
             fabricmanager_unsuffixed_from_branch=self.fabricmanager_unsuffixed_from_branch,
-            ubuntu_driver_revisions=tuple(
-                UbuntuRevision(r.from_driver, r.nvidia_driver, r.cuda_drivers)
-                for r in self.ubuntu_driver_revisions))
+            ubuntu_driver_packages=tuple(
+                (release, UbuntuRevision(r.nvidia_driver, r.cuda_drivers))
+                for release, r in sorted(self.ubuntu_driver_packages.items(),
+                                         key=lambda item: version_tuple(item[0]))))
 
     def fabricmanager_prerequisite(self, nvswitch_generation: int | None,
                                    branch: int) -> FabricManagerPrerequisite | None:

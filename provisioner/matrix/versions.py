@@ -17,6 +17,11 @@ Component = Literal["driver", "fabricmanager", "cuda_toolkit", "cudnn", "nccl",
                     "container_toolkit", "dcgm"]
 COMPONENTS: tuple[str, ...] = get_args(Component)
 
+# NVIDIA's data-center driver lifecycle designations [LIFE].
+Designation = Literal["long-term support", "production", "new feature"]
+DESIGNATIONS: tuple[str, ...] = get_args(Designation)
+
+DEBIAN_REVISION_RE = re.compile(r"^[0-9A-Za-z.~+]+$")
 DRIVER_RE = re.compile(r"^(\d{3})\.\d{1,3}(\.\d{1,3})?$")
 CUDA_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
 TOOLKIT_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})\.(\d{1,3})$")

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from provisioner.errors import InputError
+from provisioner.matrix.lifecycle import end_date
 from provisioner.matrix.packages import stack_pins
 from provisioner.matrix.resolve import resolve_stack
 from provisioner.matrix.schema import Stack, StackMatrix
@@ -18,12 +19,19 @@ def _flavors_text(stack: Stack) -> str:
                      for f in stack.driver.module_flavors)
 
 
+def _end_text(matrix: StackMatrix, branch: int) -> str:
+    end = end_date(matrix.driver_branches[branch])
+    return end.isoformat() if end else "not published"
+
+
 def stack_rows(matrix: StackMatrix) -> list[dict[str, str]]:
     """One row per stack, oldest CUDA first, for ``provisioner stacks list``."""
     return [{
         "stack": s.name,
         "default": "yes" if s.name == matrix.default_stack else "",
         "driver": f"R{s.driver.branch} {s.driver.version}",
+        "branch": matrix.driver_branches[s.driver.branch].designation,
+        "end_of_life": _end_text(matrix, s.driver.branch),
         "module_flavors": _flavors_text(s),
         "cuda": s.cuda_toolkit_version,
         "cudnn": s.cudnn.version,
@@ -93,6 +101,9 @@ def stack_detail(matrix: StackMatrix, name: str,
         "cuda_minimum_driver": matrix.minimum_driver(stack.cuda_version),
         "driver_branch": stack.driver.branch,
         "driver_version": stack.driver.version,
+        "driver_branch_designation": matrix.driver_branches[stack.driver.branch].designation,
+        "driver_branch_end_of_life": _end_text(matrix, stack.driver.branch),
+        "driver_branch_source": matrix.driver_branches[stack.driver.branch].source,
         "module_flavors": list(stack.driver.module_flavors),
         "default_module_flavor": stack.driver.default_module_flavor,
         "dnf_module_streams": dict(stack.driver.dnf_module_streams or {}),

@@ -19,7 +19,7 @@ from typing import Any
 
 from provisioner.errors import InputError
 from provisioner.matrix import COMPONENTS, FLAVORS, StackMatrix, load_matrix
-from provisioner.matrix.packages import stack_pins
+from provisioner.matrix.packages import OS_NAMED, stack_pins
 from provisioner.sim.bundle import daemon_script, tool_script
 from provisioner.sim.mirror import (
     SimPackage,
@@ -257,7 +257,7 @@ def _pins(matrix: StackMatrix, os_dir: str) -> dict[str, dict[Key, tuple[str, st
             continue
         info = {"cuda_version": stack.cuda_version}
         for component in COMPONENTS:
-            family = driver_family if component == "driver" else other_family
+            family = driver_family if component in OS_NAMED else other_family
             flavors: tuple[str | None, ...] = FLAVORS if component == "driver" else (None,)
             for flavor in flavors:
                 pins = stack_pins(stack, matrix.naming_facts, component,

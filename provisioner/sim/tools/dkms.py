@@ -18,6 +18,11 @@ so what reads them cannot tell the difference:
 - ``remove <module>/<version> --all`` (or ``-k K``), as a package's prerm runs it.
 
 Modules and versions are given as ``-m M -v V`` or ``M/V``, as the real tool accepts them.
+
+The version each OS ships is imitated (``dkms --version``, and what it exits with when a
+kernel's headers are missing): dell/dkms exits 21 for missing headers from v3.1.5 (commit
+1ec99c0, 2025-01-03) and 1 before. Debian 12 ships 3.0.10, Ubuntu 22.04 2.8.7 (its message
+names no path), Ubuntu 24.04 3.0.11, EPEL 9 3.3.0 (21, presumed from the upstream change).
 """
 
 from __future__ import annotations
@@ -27,12 +32,47 @@ import re
 import shutil
 import sys
 
-from provisioner.sim.tools.node import sim_path
+from provisioner.sim.tools.node import read_text, sim_path
 
 TREE = "/var/lib/dkms"
 SOURCES = "/usr/src"
 MODULES = "/lib/modules"
 ARCH = "x86_64"
+
+
+# (ID, VERSION_ID) of /etc/os-release -> the dkms version that OS ships. Rocky imitates RHEL 9
+# with EPEL's dkms.
+_SHIPPED = {("debian", "12"): "3.0.10", ("ubuntu", "22.04"): "2.8.7",
+            ("ubuntu", "24.04"): "3.0.11", ("rocky", "9"): "3.3.0", ("rhel", "9"): "3.3.0"}
+_MISSING_HEADERS_21_FROM = (3, 1, 5)
+
+
+def shipped_version() -> str:
+    """The dkms version of this node's OS (the newest listed where the OS is not)."""
+    fields: dict[str, str] = {}
+    for line in (read_text("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        fields[key.strip()] = value.strip().strip('"')
+    major = fields.get("VERSION_ID", "").split(".")[0]
+    os_id = fields.get("ID", "")
+    for key in ((os_id, fields.get("VERSION_ID", "")), (os_id, major)):
+        if key in _SHIPPED:
+            return _SHIPPED[key]
+    return "3.0.10"
+
+
+def _headers_error(kernel: str) -> DkmsError:
+    version = shipped_version()
+    code = 21 if tuple(int(p) for p in version.split(".")) >= _MISSING_HEADERS_21_FROM else 1
+    if version.startswith("2."):
+        return DkmsError(f"Your kernel headers for kernel {kernel} cannot be found.\n"
+                         f"Please install the linux-headers-{kernel} package,\n"
+                         "or use the --kernelsourcedir option to tell DKMS where it's located",
+                         code)
+    return DkmsError(f"Your kernel headers for kernel {kernel} cannot be found at "
+                     f"/lib/modules/{kernel}/build or /lib/modules/{kernel}/source.\n"
+                     f"Please install the linux-headers-{kernel} package or use the "
+                     "--kernelsourcedir option to tell DKMS where it's located.", code)
 
 
 class DkmsError(Exception):
@@ -94,10 +134,7 @@ def install(module: str, version: str, kernel: str) -> None:
         raise DkmsError(f"The module/version combo: {module}/{version} is not located in the "
                         "DKMS tree.", 3)
     if not _headers(kernel):
-        raise DkmsError(f"Your kernel headers for kernel {kernel} cannot be found at "
-                        f"/lib/modules/{kernel}/build or /lib/modules/{kernel}/source.\n"
-                        "Please install the linux-headers-" + kernel + " package or use the "
-                        "--kernelsourcedir option to tell DKMS where it's located.", 21)
+        raise _headers_error(kernel)
     built = _built_dir(module, version, kernel)
     os.makedirs(os.path.join(built, "module"), exist_ok=True)
     text = f"SIMULATED {module} {version} for {kernel}\n"
@@ -192,6 +229,9 @@ def _parse(argv: list[str]) -> tuple[str, dict[str, str | bool]]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"dkms-{shipped_version()}")
+        return 0
     try:
         command, opts = _parse(argv)
         module, version, kernel = (str(opts[k]) if k in opts else None for k in "mvk")
