@@ -401,22 +401,31 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
     """The smoke job phase: gather the GPU nodes' platforms afresh (facts.yml), build and serve
     the wheelhouse for them, run smoke.yml, judge every pass."""
     from provisioner.paths import cache_dir
-    from provisioner.smokerun import builds_wheelhouse, extravars, fold_results, wheelhouse_url
+    from provisioner.smokerun import (
+        builds_wheelhouse,
+        extravars,
+        fold_results,
+        locked_requirements,
+        wheelhouse_url,
+    )
 
     limit = options.limit
     platforms: list[NodePlatform] = []
     lost_before = len(report.lost_hosts)
+    locked: dict[str, str] = {}
     if builds_wheelhouse(plan):
         gathered = _gather_platforms(plan, report, run_dir, inventories, index, options, display)
         if gathered is None:
             return False
         limit, platforms = gathered
+        locked = locked_requirements(plan, platforms, options.framework)
     house = wheelhouse_url(plan, cache_dir(), platforms, framework=options.framework)
     with house as url, display("smoke (smoke.yml)") as progress:
         result = run_playbook(SMOKE_PHASE[1], inventories, run_dir, f"{index:02d}-smoke",
                               extravars=extravars(plan, report.run_id, run_dir, url,
                                                   launcher=options.launcher,
-                                                  framework=options.framework),
+                                                  framework=options.framework,
+                                                  locked=locked),
                               limit=limit, timeout=options.timeout_s,
                               on_progress=progress)
     phase = report.add_phase("smoke", result)

@@ -27,6 +27,15 @@ from provisioner.wheelhouse import (
     framework_subdir,
     platform_from_facts,
 )
+from provisioner.wheellock import (
+    Lock,
+    LockedWheel,
+    load_lock,
+    locked_wheels,
+    merged,
+    requirements_text,
+    set_name,
+)
 
 SIM_NPROC_PER_NODE = 2
 SIM_SOCKET_IFNAME = "eth0"
@@ -78,6 +87,25 @@ def platforms_of(reports: Mapping[str, Mapping[str, Any]],
         "those nodes refuses if their Python or machine differs"]
 
 
+def wheel_lock(plan: ClusterPlan) -> Lock:
+    """The project's reviewed lock, and the site's (``smoke_job_wheel_lock``, a file on the
+    controller) over it where the inventory names one."""
+    site = plan.inventory.hosts[_first_gpu_host(plan)].vars.get("smoke_job_wheel_lock")
+    if not site:
+        return load_lock()
+    return merged(load_lock(), load_lock(Path(str(site))))
+
+
+def locked_requirements(plan: ClusterPlan, platforms: Sequence[NodePlatform] = (),
+                        framework: str = "pytorch") -> dict[str, str]:
+    """{platform key: requirements text with the locked hashes}: what each node installs,
+    handed to it over the Ansible connection (smoke_job_locked_requirements). An unlocked
+    platform is refused before any node is touched."""
+    lock, name = wheel_lock(plan), set_name(framework, plan.simulated)
+    return {node.key: requirements_text(locked_wheels(lock, name, node.key))
+            for node in sorted(set(platforms)) or [controller_platform()]}
+
+
 @contextlib.contextmanager
 def wheelhouse_url(plan: ClusterPlan, cache: Path,
                    platforms: Sequence[NodePlatform] = (),
@@ -95,16 +123,20 @@ def wheelhouse_url(plan: ClusterPlan, cache: Path,
     if not builds_wheelhouse(plan):
         yield ""
         return
-    requirements = framework_requirements(framework, plan.simulated)
+    lock, name = wheel_lock(plan), set_name(framework, plan.simulated)
+
+    def wheels_for(node: NodePlatform) -> list[LockedWheel]:
+        return locked_wheels(lock, name, node.key)
+
     sub = framework_subdir(framework)
     mirror_dir = first.vars.get("gpu_package_source_dir")
     if mirror_dir:
-        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels" / sub, requirements=requirements,
+        ensure_wheelhouse(Path(str(mirror_dir)) / "wheels" / sub, wheels_for=wheels_for,
                           platforms=platforms)
         yield (str(first.vars.get("gpu_package_source", "")).rstrip("/") + "/wheels/"
                + (f"{sub}/" if sub else ""))
         return
-    house = ensure_wheelhouse(cache / "wheelhouse" / sub, requirements=requirements,
+    house = ensure_wheelhouse(cache / "wheelhouse" / sub, wheels_for=wheels_for,
                               platforms=platforms)
     target = str(first.vars.get("ansible_host") or first.name)
     address = _local_address_towards(target)
@@ -138,11 +170,15 @@ def _local_address_towards(host: str) -> str:
 
 
 def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
-              launcher: str = "direct", framework: str = "pytorch") -> dict[str, Any]:
+              launcher: str = "direct", framework: str = "pytorch",
+              locked: Mapping[str, str] | None = None) -> dict[str, Any]:
     first = plan.hosts[_first_gpu_host(plan)]
     gpus = first.profile.gpu_count if first.profile else 0
     out: dict[str, Any] = {
         "smoke_job_wheelhouse_url": url,
+        # The reviewed hashes per node platform: the node installs with these, never with
+        # hashes read from the server that serves the wheels.
+        "smoke_job_locked_requirements": dict(locked or {}),
         "smoke_job_run_id": run_id,
         "smoke_job_artifacts_dir": str(run_dir / "smoke"),
         "smoke_job_launcher": launcher,

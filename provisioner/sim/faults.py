@@ -100,6 +100,13 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               "the package mirror answers 503 Service Unavailable to the first N requests for "
               "each package file (.deb, .rpm); indexes are served", (MIRROR_FAULTS,),
               ("the package mirror",)),
+    # An attacker on the network path (or a compromised caching proxy) swapping the smoke job's
+    # wheels: same names and sizes, other bytes, so only the hashed requirements catch it.
+    FaultKind("mirror-tampered-wheels", "mirror-tampered-wheels", r"mirror-tampered-wheels",
+              "mirror", "an attacker between the package mirror and the nodes swaps the Python "
+              "wheels in transit: every .whl arrives with its size but other bytes (its sha256 "
+              "no longer matches); other files are served untouched", (MIRROR_FAULTS,),
+              ("the package mirror",)),
 )
 
 
@@ -306,13 +313,22 @@ def for_node(node: str, raw: Iterable[str]) -> list[str]:
             if spec.node in (None, node) and spec.fault.kind.target != "mirror"]
 
 
+# The line of ``mirror-tampered-wheels`` in the mirror's fault file: mirror_server.TAMPER_WHEELS,
+# spelled again because the server runs alone on the mirror container (no package to import).
+MIRROR_TAMPER_WHEELS = "tamper-wheels"
+
+
 def mirror_fault_text(raw: Iterable[str]) -> str:
-    """The package mirror's fault file (MIRROR_FAULTS) for ``--fault`` values: one
-    ``STATUS COUNT`` line per mirror fault (``503 2``), empty when there is none."""
-    lines = []
+    """The package mirror's fault file (MIRROR_FAULTS) for ``--fault`` values, one line per
+    mirror fault: ``STATUS COUNT`` for ``mirror-503xN`` (``503 2``), ``tamper-wheels`` for
+    ``mirror-tampered-wheels``; empty when there is none."""
+    lines: list[str] = []
+    tamper = f"{MIRROR_TAMPER_WHEELS}\n"
     for spec in (parse_spec(text) for text in raw):
         if spec.fault.kind.key == "mirror-503":
             lines.append(f"503 {spec.fault.count}\n")
+        elif spec.fault.kind.key == "mirror-tampered-wheels" and tamper not in lines:
+            lines.append(tamper)
     return "".join(lines)
 
 

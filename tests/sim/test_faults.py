@@ -50,6 +50,7 @@ EXAMPLES = {
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
+    "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
 }
 
 
@@ -259,3 +260,23 @@ def test_the_mirror_fault_is_the_clusters_not_a_nodes() -> None:
             "mirror-503xN is the package mirror's, not a node's: give it without a node "
             "(--fault mirror-503x2)")):
         validate(["sim-gpu-1:mirror-503x2"], H100, GPU_NODES)
+
+
+def test_the_tampered_wheels_fault_is_the_mirrors_and_gets_its_own_line() -> None:
+    from provisioner.sim.tools import mirror_server
+
+    fault = parse_fault("mirror-tampered-wheels")
+    assert fault is not None and fault.kind.target == "mirror" and fault.count is None
+    raw = [spec.text for spec in validate(
+        ["mirror-tampered-wheels", "mirror-503x2", "gpu3-nvlink-down"], H100, GPU_NODES)]
+    assert for_node("sim-gpu-1", raw) == ["gpu3-nvlink-down"]
+    assert faults.mirror_fault_text(raw) == "tamper-wheels\n503 2\n"
+    assert faults.mirror_fault_text(["mirror-tampered-wheels"]) == "tamper-wheels\n"
+    assert faults.mirror_fault_text(["mirror-tampered-wheels"] * 2) == "tamper-wheels\n"
+    # The server, which cannot import this module on the mirror, reads the same line.
+    assert faults.MIRROR_TAMPER_WHEELS == mirror_server.TAMPER_WHEELS
+    assert "attacker" in faults.help_text()
+    with pytest.raises(InputError, match=re.escape(
+            "mirror-tampered-wheels is the package mirror's, not a node's: give it without a "
+            "node (--fault mirror-tampered-wheels)")):
+        validate(["sim-gpu-1:mirror-tampered-wheels"], H100, GPU_NODES)

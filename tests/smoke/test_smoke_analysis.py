@@ -17,6 +17,7 @@ from provisioner import wheelhouse
 from provisioner.busbw import GLOO_SKIP_REASON
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.smoke import SIMULATED_SKIP_REASON, judge, load_smoke_result
+from provisioner.wheellock import LockedWheel
 from provisioner.wheelhouse import ensure_wheelhouse
 
 MIB = 1024 * 1024
@@ -277,50 +278,53 @@ def pip_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     return calls
 
 
+def _tiny_lock(links: Path) -> list[LockedWheel]:
+    wheel = links / "gpuc_tiny-1.0-py3-none-any.whl"
+    return [LockedWheel("gpuc-tiny", "1.0", wheel.name,
+                        hashlib.sha256(wheel.read_bytes()).hexdigest())]
+
+
 def test_wheelhouse_downloads_once_and_writes_manifest(
         tmp_path: Path, offline_index: Path, pip_calls: list[list[str]]) -> None:
     house = tmp_path / "wheelhouse"
-    assert ensure_wheelhouse(house, ["gpuc-tiny==1.0"]) == house
+    lock = _tiny_lock(offline_index)
+    assert ensure_wheelhouse(house, wheels_for=lambda _node: lock) == house
     dest = house / wheelhouse.controller_platform().key  # one directory per node platform
     assert len(pip_calls) == 1
     assert pip_calls[0][:4] == [sys.executable, "-m", "pip", "download"]
+    assert "--no-deps" in pip_calls[0] and pip_calls[0][-1] == "gpuc-tiny==1.0"
     wheel = dest / "gpuc_tiny-1.0-py3-none-any.whl"
     assert wheel.is_file()
     manifest = json.loads((dest / "wheelhouse.json").read_text())
     assert manifest["requirements"] == ["gpuc-tiny==1.0"]
     assert manifest["files"] == [{
-        "name": wheel.name, "size": wheel.stat().st_size,
+        "name": wheel.name, "size": wheel.stat().st_size, "mtime_ns": wheel.stat().st_mtime_ns,
         "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}]
 
     sha = manifest["files"][0]["sha256"]
     assert f"gpuc-tiny==1.0 --hash=sha256:{sha}" in (dest / "requirements.txt").read_text()
     before = (dest / "wheelhouse.json").stat().st_mtime_ns
-    ensure_wheelhouse(house, ["gpuc-tiny==1.0"])
-    ensure_wheelhouse(house, ["gpuc_tiny>=0.5"])  # other spelling, still satisfied
+    ensure_wheelhouse(house, wheels_for=lambda _node: lock)
     assert len(pip_calls) == 1
-    assert json.loads((dest / "wheelhouse.json").read_text())["files"] == manifest["files"]
-    assert (dest / "wheelhouse.json").stat().st_mtime_ns != before  # requirements changed
+    assert (dest / "wheelhouse.json").stat().st_mtime_ns == before  # nothing changed
 
 
-def test_wheelhouse_unsatisfiable_requirement_is_one_line_error(
+def test_wheelhouse_unavailable_pin_is_one_line_error(
         tmp_path: Path, offline_index: Path, pip_calls: list[list[str]]) -> None:
-    with pytest.raises(EnvironmentProblem, match=r"gpuc-tiny>=2.*failed \(rc 1\)") as info:
-        ensure_wheelhouse(tmp_path / "wh", ["gpuc-tiny>=2"])
+    lock = [LockedWheel("gpuc-tiny", "2.0", "gpuc_tiny-2.0-py3-none-any.whl", "0" * 64)]
+    with pytest.raises(EnvironmentProblem, match=r"gpuc-tiny==2\.0.*failed \(rc 1\)") as info:
+        ensure_wheelhouse(tmp_path / "wh", wheels_for=lambda _node: lock)
     assert "\n" not in str(info.value)
     assert len(pip_calls) == 1
     assert not list((tmp_path / "wh").rglob("wheelhouse.json"))
 
 
-def test_wheelhouse_pip_success_without_wheel_is_error(
+def test_wheelhouse_pip_success_without_the_locked_wheel_is_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_run(cmd: list[str], *args: Any, **kwargs: Any) -> Any:
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
-    with pytest.raises(EnvironmentProblem, match="no wheel for numpy"):
-        ensure_wheelhouse(tmp_path / "wh", ["numpy"])
-
-
-def test_wheelhouse_rejects_invalid_requirement(tmp_path: Path) -> None:
-    with pytest.raises(EnvironmentProblem, match="'torch=='"):
-        ensure_wheelhouse(tmp_path / "wh", ["torch=="])
+    lock = [LockedWheel("numpy", "2.4.6", "numpy-2.4.6-py3-none-any.whl", "0" * 64)]
+    with pytest.raises(EnvironmentProblem, match="numpy-2.4.6-py3-none-any.whl is not in"):
+        ensure_wheelhouse(tmp_path / "wh", wheels_for=lambda _node: lock)

@@ -38,8 +38,11 @@ def sim_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> plan_mod.Cluste
 # --- the variables the smoke_job role gets -------------------------------------------------
 
 def test_extravars_of_a_real_cluster(real_plan: plan_mod.ClusterPlan, tmp_path: Path) -> None:
-    assert smokerun.extravars(real_plan, "run-1", tmp_path, "http://10.0.0.1:8000/") == {
+    locked = {"cp312-x86_64": "torch==2.13.0 --hash=sha256:" + "a" * 64 + "\n"}
+    assert smokerun.extravars(real_plan, "run-1", tmp_path, "http://10.0.0.1:8000/",
+                              locked=locked) == {
         "smoke_job_wheelhouse_url": "http://10.0.0.1:8000/",
+        "smoke_job_locked_requirements": locked,
         "smoke_job_run_id": "run-1",
         "smoke_job_artifacts_dir": str(tmp_path / "smoke"),
         "smoke_job_launcher": "direct",
@@ -52,12 +55,39 @@ def test_extravars_of_a_real_cluster(real_plan: plan_mod.ClusterPlan, tmp_path: 
     }
 
 
+def test_the_locked_hashes_are_the_reviewed_locks_for_each_platform(
+        sim_plan: plan_mod.ClusterPlan) -> None:
+    from provisioner.wheellock import load_lock, requirements_text
+    from provisioner.wheelhouse import NodePlatform
+
+    got = smokerun.locked_requirements(sim_plan, [NodePlatform("3.11", "x86_64")], "pytorch")
+    assert got == {"cp311-x86_64": requirements_text(load_lock()["pytorch-sim"]["cp311-x86_64"])}
+    assert "torch==2.13.0+cpu --hash=sha256:" in got["cp311-x86_64"]
+
+
+def test_a_site_lock_adds_platforms(sim_plan: plan_mod.ClusterPlan, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner.wheellock import LockedWheel, write_lock
+    from provisioner.wheelhouse import NodePlatform
+
+    site = tmp_path / "site.lock.json"
+    write_lock(site, {"pytorch-sim": {"cp399-riscv64": [
+        LockedWheel("torch", "2.13.0", "torch-2.13.0-cp399-cp399-linux_riscv64.whl", "c" * 64)]}})
+    first = sim_plan.inventory.hosts[smokerun._first_gpu_host(sim_plan)]
+    monkeypatch.setitem(first.vars, "smoke_job_wheel_lock", str(site))  # type: ignore[arg-type]
+    got = smokerun.locked_requirements(sim_plan, [NodePlatform("3.99", "riscv64"),
+                                                  NodePlatform("3.11", "x86_64")])
+    assert sorted(got) == ["cp311-x86_64", "cp399-riscv64"]
+    assert "--hash=sha256:" + "c" * 64 in got["cp399-riscv64"]
+
+
 def test_extravars_of_the_simulated_cluster(sim_plan: plan_mod.ClusterPlan,
                                             tmp_path: Path) -> None:
     got = smokerun.extravars(sim_plan, "run-2", tmp_path, "", launcher="slurm",
                              framework="tensorflow")
     assert got == {
         "smoke_job_wheelhouse_url": "",
+        "smoke_job_locked_requirements": {},
         "smoke_job_run_id": "run-2",
         "smoke_job_artifacts_dir": str(tmp_path / "smoke"),
         "smoke_job_launcher": "slurm",

@@ -88,8 +88,11 @@ def test_each_framework_has_its_own_wheelhouse_directory(
         subdir: str, requirements: tuple[str, ...]) -> None:
     filled: list[tuple[Path, tuple[str, ...]]] = []
 
-    def fill(dest: Path, requirements: tuple[str, ...] = (), **_: object) -> Path:
-        filled.append((dest, tuple(requirements)))
+    def fill(dest: Path, wheels_for: Any, **_: object) -> Path:
+        # What the lock gives the controller's platform: the requirement set's own wheels.
+        names = {w.name for w in wheels_for(wheelhouse.controller_platform())}
+        filled.append((dest, tuple(r for r in requirements
+                                   if r.split("==")[0].split("[")[0] in names)))
         return dest
 
     monkeypatch.setattr(smokerun, "ensure_wheelhouse", fill)

@@ -132,7 +132,7 @@ def test_the_wrong_repository_or_os_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not claim debian12"):
         verify(MATRIX, load_index(write_apt(tmp_path / "d", pins("debian12"))), "debian12",
                "cuda-13.2")
-    with pytest.raises(InputError, match="no Packages, Packages.gz or repodata/repomd.xml"):
+    with pytest.raises(InputError, match=r"no Packages, Packages\.gz or repodata/repomd\.xml"):
         load_index(tmp_path)
 
 

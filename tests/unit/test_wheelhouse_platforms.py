@@ -1,5 +1,6 @@
-"""The wheelhouse for the nodes' platforms: pip command lines, the hashed requirements file,
-platforms from the nodes' facts, the server's address and the site index."""
+"""The wheelhouse for the nodes' platforms: pip command lines, the reviewed lock's requirements
+file, every wheel checked against the lock, platforms from the nodes' facts, the server's
+address and the site index."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ from provisioner.errors import EnvironmentProblem
 from provisioner.wheelhouse import (
     NodePlatform,
     download_command,
-    hashed_requirements,
     platform_from_facts,
+)
+from provisioner.wheellock import (
+    LOCK_FILE,
+    LockedWheel,
+    load_lock,
+    locked_wheels,
+    requirements_text,
 )
 
 DEBIAN13 = NodePlatform("3.13", "x86_64")
@@ -55,42 +62,87 @@ def _wheel(directory: Path, name: str, body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def test_hashed_requirements_pins_every_wheel(tmp_path: Path) -> None:
-    torch = _wheel(tmp_path, "torch-2.13.0-cp313-cp313-manylinux_2_28_x86_64.whl", b"torch")
-    numpy = _wheel(tmp_path, "numpy-2.3.1-cp313-cp313-manylinux_2_28_x86_64.whl", b"numpy")
-    dep = _wheel(tmp_path, "typing_extensions-4.14.0-py3-none-any.whl", b"typing")
-    (tmp_path / "notes.txt").write_text("not a wheel")
-    lines = [line for line in hashed_requirements(tmp_path).splitlines()
-             if not line.startswith("#")]
-    assert lines == [f"numpy==2.3.1 --hash=sha256:{numpy}",
-                     f"torch==2.13.0 --hash=sha256:{torch}",
-                     f"typing-extensions==4.14.0 --hash=sha256:{dep}"]
+def test_the_lock_requirements_pin_every_wheel_with_its_one_hash() -> None:
+    wheels = [LockedWheel("torch", "2.13.0", "torch-2.13.0-cp313-cp313-x.whl", "a" * 64),
+              LockedWheel("numpy", "2.3.1", "numpy-2.3.1-cp313-cp313-x.whl", "b" * 64)]
+    lines = [line for line in requirements_text(wheels).splitlines() if not line.startswith("#")]
+    assert lines == [f"numpy==2.3.1 --hash=sha256:{'b' * 64}",
+                     f"torch==2.13.0 --hash=sha256:{'a' * 64}"]
 
 
-def test_ensure_wheelhouse_downloads_per_platform_and_writes_the_hashes(
+def _locked(directory: Path, name: str, version: str, body: bytes) -> LockedWheel:
+    file = f"{name}-{version}-py3-none-any.whl"
+    return LockedWheel(name, version, file, _wheel(directory, file, body))
+
+
+def test_ensure_wheelhouse_downloads_the_locked_pins_and_checks_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[Path, list[str], NodePlatform | None]] = []
+    source = tmp_path / "index"
+    lock = {"cp313-x86_64": [_locked(source, "numpy", "2.3.1", b"numpy for 3.13")],
+            "cp311-x86_64": [_locked(source, "numpy", "2.3.1", b"numpy for 3.11")]}
+    calls: list[tuple[str, list[str], NodePlatform | None, bool]] = []
 
     def fake_download(dest: Path, requirements: list[str], timeout_s: float,
-                      node: NodePlatform | None = None) -> None:
-        calls.append((dest, list(requirements), node))
-        tag = f"cp{node.python.replace('.', '')}" if node else "cp311"
-        _wheel(dest, f"numpy-2.3.1-{tag}-{tag}-manylinux_2_28_x86_64.whl", dest.name.encode())
+                      node: NodePlatform | None = None, no_deps: bool = False) -> None:
+        calls.append((dest.name, list(requirements), node, no_deps))
+        [wheel] = lock[dest.name]
+        (dest / wheel.file).write_bytes(
+            b"numpy for 3.13" if dest.name == "cp313-x86_64" else b"numpy for 3.11")
 
     monkeypatch.setattr(wheelhouse, "_pip_download", fake_download)
     monkeypatch.setattr(wheelhouse, "controller_platform", lambda: NodePlatform("3.11", "x86_64"))
     house = tmp_path / "house"
-    wheelhouse.ensure_wheelhouse(house, ["numpy"], platforms=[DEBIAN13, DEBIAN13,
-                                                              NodePlatform("3.11", "x86_64")])
-    assert [(c[0].name, c[2]) for c in calls] == [("cp311-x86_64", None),
-                                                  ("cp313-x86_64", DEBIAN13)]
+    wheelhouse.ensure_wheelhouse(house, wheels_for=lambda node: lock[node.key],
+                                 platforms=[DEBIAN13, DEBIAN13, NodePlatform("3.11", "x86_64")])
+    # Exactly the locked pins, without resolving dependencies.
+    assert calls == [("cp311-x86_64", ["numpy==2.3.1"], None, True),
+                     ("cp313-x86_64", ["numpy==2.3.1"], DEBIAN13, True)]
     text = (house / "cp313-x86_64" / "requirements.txt").read_text()
-    digest = hashlib.sha256(b"cp313-x86_64").hexdigest()
-    assert f"numpy==2.3.1 --hash=sha256:{digest}" in text
-    # Warm: nothing downloaded again, the file is unchanged.
-    wheelhouse.ensure_wheelhouse(house, ["numpy"], platforms=[DEBIAN13])
+    assert text == requirements_text(lock["cp313-x86_64"])
+    # Warm: nothing downloaded again.
+    wheelhouse.ensure_wheelhouse(house, wheels_for=lambda node: lock[node.key],
+                                 platforms=[DEBIAN13])
     assert len(calls) == 2
-    assert (house / "cp313-x86_64" / "requirements.txt").read_text() == text
+    # A file in the cache that is not the locked one (the index or the cache served another):
+    # refused before anything is served.
+    (house / "cp313-x86_64" / lock["cp313-x86_64"][0].file).write_bytes(b"numpy, evil")
+    with pytest.raises(EnvironmentProblem, match=r"has sha256 [0-9a-f]{64}, the reviewed lock "
+                                                 r"says [0-9a-f]{64}; remove it"):
+        wheelhouse.ensure_wheelhouse(house, wheels_for=lambda node: lock[node.key],
+                                     platforms=[DEBIAN13])
+
+
+def test_an_unlocked_platform_is_refused_in_one_line() -> None:
+    with pytest.raises(EnvironmentProblem) as exc:
+        locked_wheels(load_lock(), "pytorch-gpu", "cp399-sparc")
+    assert "\n" not in str(exc.value)
+    assert str(exc.value).startswith("smoke job wheels: no reviewed lock for pytorch-gpu on "
+                                     "cp399-sparc")
+    assert "python -m provisioner.wheellock --set pytorch-gpu --platform cp399-sparc" in str(
+        exc.value)
+
+
+def test_the_projects_lock_covers_the_simulated_cluster_and_names_its_files() -> None:
+    from packaging.utils import parse_wheel_filename
+
+    lock = load_lock(LOCK_FILE)
+    for name in ("pytorch-sim", "tensorflow-sim", "pytorch-gpu", "tensorflow-gpu"):
+        assert "cp311-x86_64" in lock[name], name
+    for name, platforms in lock.items():
+        for key, wheels in platforms.items():
+            assert len({w.name for w in wheels}) == len(wheels), (name, key)
+            for w in wheels:
+                parsed_name, parsed_version, _b, tags = parse_wheel_filename(w.file)
+                assert (str(parsed_name), str(parsed_version)) == (w.name, w.version)
+                assert len(w.sha256) == 64 and int(w.sha256, 16) >= 0
+                machine = key.split("-", 1)[1]
+                assert any(t.platform in ("any", ) or t.platform.endswith(machine)
+                           for t in tags), (key, w.file)
+    # The GPU sets install NVIDIA's builds, never the CPU one the simulation runs.
+    assert all("+cpu" not in w.version for wheels in lock["pytorch-gpu"].values()
+               for w in wheels)
+    sim_torch = {w.version for w in lock["pytorch-sim"]["cp311-x86_64"] if w.name == "torch"}
+    assert sim_torch == {"2.13.0+cpu"}
 
 
 def test_platform_from_facts() -> None:
@@ -122,7 +174,8 @@ def test_pip_installs_from_the_hashed_requirements_and_refuses_a_changed_wheel(
     house = tmp_path / "cp-x"
     wheel = _make_wheel(house)
     req = house / "requirements.txt"
-    req.write_text(hashed_requirements(house))
+    req.write_text(requirements_text([LockedWheel("gpuc-tiny", "1.0", wheel.name,
+                                                  hashlib.sha256(wheel.read_bytes()).hexdigest())]))
 
     def install(target: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

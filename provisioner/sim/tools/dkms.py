@@ -48,16 +48,16 @@ _MISSING_HEADERS_21_FROM = (3, 1, 5)
 
 
 def shipped_version() -> str:
-    """The dkms version of this node's OS (the newest listed where the OS is not)."""
+    """The dkms version of this node's OS (Debian 12's where the OS is not listed)."""
     fields: dict[str, str] = {}
     for line in (read_text("/etc/os-release") or "").splitlines():
         key, _, value = line.partition("=")
         fields[key.strip()] = value.strip().strip('"')
     major = fields.get("VERSION_ID", "").split(".")[0]
     os_id = fields.get("ID", "")
-    for key in ((os_id, fields.get("VERSION_ID", "")), (os_id, major)):
-        if key in _SHIPPED:
-            return _SHIPPED[key]
+    for release in ((os_id, fields.get("VERSION_ID", "")), (os_id, major)):
+        if release in _SHIPPED:
+            return _SHIPPED[release]
     return "3.0.10"
 
 

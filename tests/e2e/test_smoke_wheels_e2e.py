@@ -1,0 +1,67 @@
+"""The smoke job's wheels are checked on the node against the reviewed lock's hashes, which the
+controller hands over the Ansible connection: a wheel swapped between the mirror and the node
+(`mirror-tampered-wheels`: every .whl served with its size but other bytes, as an attacker on
+the network path would) is refused by pip on the node, and the job does not run there. Healed,
+the same node installs the wheel and runs the job."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import newest_report
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+pytestmark = [pytest.mark.e2e]
+NODE = "sim-gpu-1"
+VENV = "/opt/gpu-cluster-provisioner/smoke-venv"
+
+
+def node_sh(script: str) -> str:
+    podman = shutil.which("podman") or "podman"
+    out = subprocess.run([podman, "exec", NODE, "sh", "-c", script], capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert out.returncode == 0, f"{script!r}: {out.stderr}"
+    return out.stdout
+
+
+def mirror_log() -> str:
+    podman = shutil.which("podman") or "podman"
+    out = subprocess.run([podman, "logs", "gpuc-sim-mirror"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    return out.stdout + out.stderr
+
+
+def test_a_wheel_swapped_on_the_way_is_refused_on_the_node(cli: Cli, healthy_cluster: Path,
+                                                           runs_dir: Path) -> None:
+    # One small package of the node's venv gone: the next install downloads just that wheel.
+    node_sh(f"{VENV}/bin/python -m pip uninstall -y -q filelock")
+    sim = ("sim", "up", "--nodes", "3", "--inventory-dir", str(healthy_cluster))
+    try:
+        assert cli(*sim, "--fault", "mirror-tampered-wheels").returncode == 0
+        seen = len(mirror_log())
+        out = cli("smoke", "--inventory", str(healthy_cluster), "--limit", NODE, timeout=1800)
+        assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+        report = newest_report(runs_dir)
+        text = json.dumps(report)
+        assert re.search(r"do not match the hashes", text, re.I), text[-3000:]
+        assert "filelock" in text
+        # The job did not run on the node: no pass of it, no result.
+        assert not node_sh(f"ls {VENV}/lib/python3*/site-packages | grep -i '^filelock' "
+                           "|| true").strip()
+        smoke = report.get("smoke") or {}
+        assert not [run for run in smoke.get("runs", []) if NODE in json.dumps(run)], smoke
+        # The swap happened on the way: the mirror logged it, its file is intact.
+        assert re.search(r"filelock-\S+\.whl .*tampered", mirror_log()[seen:]), \
+            mirror_log()[seen:][-2000:]
+    finally:
+        assert cli(*sim).returncode == 0  # heals the mirror
+    out = cli("smoke", "--inventory", str(healthy_cluster), "--limit", NODE, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert node_sh(f"ls {VENV}/lib/python3*/site-packages | grep -ic '^filelock'").strip() != "0"
