@@ -50,6 +50,8 @@ class UbuntuRevision:
 
     nvidia_driver: str
     cuda_drivers: str
+    # nvidia-fabricmanager and libnvidia-nscq (Debian's -1 where Ubuntu's repository keeps it).
+    fabricmanager: str = "1"
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class NamingInputs:
         """Everything ``component``'s names and versions depend on (besides the flavour)."""
         return {
             "driver": (self.driver_version, self.ubuntu_revision),
-            "fabricmanager": (self.fabricmanager_version,),
+            "fabricmanager": (self.fabricmanager_version, self.ubuntu_revision),
             "cuda_toolkit": (self.cuda_toolkit_version,),
             "cudnn": (self.cudnn_version, self.cuda_major),
             "nccl": (self.nccl_version,),
@@ -151,12 +153,18 @@ def conventional(v: NamingInputs, component: str, family: str,
         return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
     if component == "fabricmanager":
         # Fabric manager and NSCQ carry the branch in their names until R580 [FM] [REPO].
+        # Ubuntu's repository gives them its own revision from R580's later releases on
+        # [UREPO]: per release, as the driver's (ubuntu_driver_packages, or the override's).
         fm = v.fabricmanager_version
         fm_branch = driver_branch(fm)
+        rev = "1"
+        if family == "apt_ubuntu":
+            known = v.ubuntu_revision or v.facts.ubuntu_revision(fm)
+            rev = known.fabricmanager if known else "1"
         if fm_branch >= v.facts.fabricmanager_unsuffixed_from_branch:
-            return [("nvidia-fabricmanager", f"{fm}-1"), ("libnvidia-nscq", f"{fm}-1")]
+            return [("nvidia-fabricmanager", f"{fm}-{rev}"), ("libnvidia-nscq", f"{fm}-{rev}")]
         name = "nvidia-fabric-manager" if dnf else f"nvidia-fabricmanager-{fm_branch}"
-        return [(name, f"{fm}-1"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-1")]
+        return [(name, f"{fm}-{rev}"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-{rev}")]
     if component == "cuda_toolkit":
         # cuda-toolkit-<X>-<Y> at the toolkit release, revision 1 [CIG].
         minor = v.cuda_version.split(".")[1]

@@ -166,13 +166,12 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
 
     # Driver (and with it the fabric manager, which must equal it).
     driver = _override(hostvars, "nvidia_driver_version", host)
-    ubuntu_revision: UbuntuRevision | None = None
+    given: str | None = None
     if driver is not None:
         driver, given = _split_revision(driver)
         if not DRIVER_RE.match(driver):
             raise _bad_format(host, "nvidia_driver_version", driver, "550.54.15")
         overrides.append("nvidia_driver_version")
-        ubuntu_revision = _ubuntu_revision(host, driver, given, stack, matrix, index)
     driver_version = driver or stack.driver.version
     branch = int(driver_version.split(".")[0])
 
@@ -212,7 +211,9 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
 
     # Fabric manager: follows the driver unless set explicitly (an advanced, checked variable).
     fm = _override(hostvars, "nvidia_fabricmanager_version", host)
+    fm_given: str | None = None
     if fm is not None:
+        fm, fm_given = _split_revision(fm)
         overrides.append("nvidia_fabricmanager_version")
     fabricmanager_version = fm or (driver_version if driver else stack.fabricmanager.version)
     fabricmanager_enabled = bool(profile is not None and profile.nvswitch)
@@ -234,10 +235,14 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
         fabricmanager_packages=({f: list(p) for f, p in prerequisite.packages.items()}
                                 if prerequisite else {}),
         fabricmanager_kernel_modules=prerequisite.kernel_modules if prerequisite else (),
-        ubuntu_revision=ubuntu_revision, base=stack, naming=matrix.naming_facts,
+        base=stack, naming=matrix.naming_facts,
     )
     _check_rules(resolved, set(overrides), profile, matrix)
-    return resolved
+    if driver is None:
+        return resolved
+    # After the rules: a driver the rules refuse is refused for that, not for its revision.
+    return replace(resolved, ubuntu_revision=_ubuntu_revision(
+        host, driver_version, (given, fm_given), fabricmanager_enabled, stack, matrix, index))
 
 
 def _split_revision(raw: str) -> tuple[str, str | None]:
@@ -248,16 +253,24 @@ def _split_revision(raw: str) -> tuple[str, str | None]:
     return raw, None
 
 
-def _ubuntu_revision(host: str, driver: str, given: str | None, stack: Stack,
-                     matrix: StackMatrix, index: PackageIndex | None) -> UbuntuRevision | None:
+def _ubuntu_revision(host: str, driver: str, given: tuple[str | None, str | None],
+                     fabricmanager_enabled: bool, stack: Stack, matrix: StackMatrix,
+                     index: PackageIndex | None) -> UbuntuRevision | None:
     """The Ubuntu revisions of an overridden driver: stated in full by the host, known to the
     matrix, or read from the repository index. They follow the publishing date, not the
-    version [HOLO], so a release none of these know is refused rather than guessed."""
-    if given is not None:
-        return UbuntuRevision(given, given)
+    version [HOLO], and the fabric manager's is its own (it kept Debian's -1 through R570
+    [UREPO]), so a release none of these know is refused rather than guessed. ``given``: the
+    revisions of nvidia_driver_version and nvidia_fabricmanager_version given in full."""
+    # The fabric manager is installed only with NVSwitch; elsewhere its revision is not used.
+    listed = matrix.naming_facts.ubuntu_revision(driver)
+    if given[0] is not None:
+        # The revision given is the driver packages' and, unless given apart (R570 and older
+        # kept Debian's -1 for it) or listed, the fabric manager's.
+        fm = given[1] or (listed.fabricmanager if listed else given[0])
+        return UbuntuRevision(given[0], given[0], fm)
     ubuntu = [os for os in stack.os_support if os in matrix.repositories.cuda
               and matrix.repositories.cuda[os].package_family == "apt_ubuntu"]
-    if not ubuntu or matrix.naming_facts.ubuntu_revision(driver) is not None:
+    if not ubuntu or listed is not None:
         return None
     branch = driver.split(".", maxsplit=1)[0]
     cuda_drivers, open_name, closed_name = (f"cuda-drivers-{branch}",
@@ -270,13 +283,21 @@ def _ubuntu_revision(host: str, driver: str, given: str | None, stack: Stack,
                          "the Ubuntu CUDA repository's index, or give the full package version "
                          f"as that repository lists it (nvidia_driver_version: "
                          f"\"{driver}-<revision>\")")
-    found = versions_of_release(index, (cuda_drivers, open_name, closed_name), driver)
+    fabricmanager = ("nvidia-fabricmanager", f"nvidia-fabricmanager-{branch}")
+    found = versions_of_release(index, (cuda_drivers, open_name, closed_name, *fabricmanager),
+                                driver)
     if cuda_drivers not in found:
         raise InputError(f"host {host}: nvidia_driver_version {driver}: the index "
                          f"{index.source} has no {cuda_drivers} of that release; check the "
                          "version, or give the full package version")
     nvidia = found.get(open_name) or found.get(closed_name) or found[cuda_drivers]
-    return UbuntuRevision(nvidia.partition("-")[2], found[cuda_drivers].partition("-")[2])
+    fm = next((found[name] for name in fabricmanager if name in found), None)
+    if fm is None and fabricmanager_enabled:
+        raise InputError(f"host {host}: nvidia_driver_version {driver}: the index "
+                         f"{index.source} has no nvidia-fabricmanager of that release, which "
+                         "this NVSwitch system needs")
+    return UbuntuRevision(nvidia.partition("-")[2], found[cuda_drivers].partition("-")[2],
+                          fm.partition("-")[2] if fm else "1")
 
 
 def _default_flavor(stack: Stack, branch: int, matrix: StackMatrix,

@@ -155,6 +155,8 @@ class UbuntuDriverRelease(_Model):
 
     nvidia_driver: str = Field(pattern=DEBIAN_REVISION_RE.pattern)
     cuda_drivers: str = Field(pattern=DEBIAN_REVISION_RE.pattern)
+    # nvidia-fabricmanager and libnvidia-nscq: Debian's -1 until R580's later releases.
+    fabricmanager: str = Field(default="1", pattern=DEBIAN_REVISION_RE.pattern)
 
 
 class DriverBranch(_Model):
@@ -289,7 +291,7 @@ class StackMatrix(_Model):
         return NamingFacts(
             fabricmanager_unsuffixed_from_branch=self.fabricmanager_unsuffixed_from_branch,
             ubuntu_driver_packages=tuple(
-                (release, UbuntuRevision(r.nvidia_driver, r.cuda_drivers))
+                (release, UbuntuRevision(r.nvidia_driver, r.cuda_drivers, r.fabricmanager))
                 for release, r in sorted(self.ubuntu_driver_packages.items(),
                                          key=lambda item: version_tuple(item[0]))))
 

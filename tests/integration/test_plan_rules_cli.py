@@ -16,7 +16,8 @@ from tests.integration.test_cli import BIN
 
 CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("driver too old for CUDA", "hgx-h100-8gpu",
-     {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "535.54.03"}, "nvidia_driver_version"),
+     {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "535.54.03-1"},
+     "nvidia_driver_version 535.54.03 is too old for cuda_version 12.4"),
     ("Blackwell needs R570", "hgx-b200-8gpu", {"gpu_stack": "cuda-12.4"}, "gpu_stack"),
     ("Blackwell needs open modules", "hgx-b200-8gpu",
      {"gpu_stack": "cuda-12.8", "nvidia_driver_module_flavor": "proprietary"},
@@ -40,7 +41,7 @@ CASES: list[tuple[str, str, dict[str, Any], str]] = [
      "nvidia_driver_version 570.124.06 (from gpu_stack cuda-12.8) is older than NVIDIA B200 "
      "(10de:2901) needs (gpu_profile hgx-b200-8gpu: min_driver 570.133.20)"),
     ("L40S with 535.54.03", "pcie-l40s-4gpu",
-     {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "535.54.03"},
+     {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "535.54.03-1"},
      "nvidia_driver_version 535.54.03 (as overridden) is older than NVIDIA L40S (10de:26b9) "
      "needs (gpu_profile pcie-l40s-4gpu: min_driver 535.104.05)"),
     # Volta: CUDA 13 dropped it; the open kernel modules never supported it.
@@ -128,7 +129,8 @@ def test_mixed_fleet_split_across_cuda_majors_is_refused_naming_the_v100_host(
      {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.54.15",
       "nccl_version": "2.21.5-1+cuda12.4"}),
     ({"h200-01": {"gpu_profile": "hgx-h200-8gpu"}},
-     {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.90.07"},
+     # 550.90.07 is no release of stacks.yml: given in full, as the Ubuntu repository lists it.
+     {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.90.07-1"},
      {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.90.07",
       "nvidia_fabricmanager_version": "550.90.07", "cuda_version": "12.4"}),
     ({"b200-01": {"gpu_profile": "hgx-b200-8gpu"}}, None,

@@ -45,7 +45,10 @@ def pins_of(os_dir: str) -> dict[str, set[str]]:
         if os_dir not in stack.os_support:
             continue
         for component in COMPONENTS:
-            family = APT_OS_DIRS[os_dir] if component == "driver" else "apt"
+            # The driver and the fabric manager are named and versioned per OS family (Ubuntu's
+            # fabric manager takes the Ubuntu revision where stacks.yml says so); the rest are
+            # the same packages on every apt OS.
+            family = APT_OS_DIRS[os_dir] if component in ("driver", "fabricmanager") else "apt"
             for flavor in FLAVORS:
                 for name, version in stack_pins(stack, matrix.naming_facts, component, family,
                                                 flavor):
@@ -107,6 +110,11 @@ def test_each_repository_carries_its_own_os_driver_revisions(mirror_root: Path) 
     assert "570.124.06-1" not in ubuntu["cuda-drivers-570"]
     assert "nvidia-driver-570-open" in ubuntu and "nvidia-driver-570-open" not in debian
     assert "nvidia-kernel-open-dkms" in debian and "nvidia-kernel-open-dkms" not in ubuntu
+    # cuda-13.0's fabric manager: -1 on Debian 12, -1ubuntu1 on Ubuntu (package_exceptions).
+    assert "580.159.04-1" in debian["nvidia-fabricmanager"]
+    assert "580.159.04-1ubuntu1" not in debian["nvidia-fabricmanager"]
+    assert "580.159.04-1ubuntu1" in ubuntu["nvidia-fabricmanager"]
+    assert "580.159.04-1" not in ubuntu["nvidia-fabricmanager"]
     for os_dir in APT_OS_DIRS:
         repo = mirror_root / cuda_repo(os_dir)
         assert {"Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"} <= {

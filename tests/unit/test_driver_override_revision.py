@@ -73,6 +73,7 @@ def test_the_index_gives_each_packages_revision(tmp_path: Path) -> None:
     # Revisions as they were published: the older 535.183.06 is -1, 535.216.01 -0ubuntu1.
     index = write_index(tmp_path / "ubuntu2204" / "x86_64", {
         "cuda-drivers-535": ["535.183.06-1", "535.216.01-0ubuntu1"],
+        "nvidia-fabricmanager-535": ["535.183.06-1", "535.216.01-1"],
         "nvidia-driver-535": ["535.183.06-0ubuntu1", "535.216.01-0ubuntu1"]})
     for release, cuda_drivers in (("535.183.06", "1"), ("535.216.01", "0ubuntu1")):
         path = inventory(tmp_path, gpu_profile="hgx-h100-8gpu", gpu_stack="cuda-12.2",
@@ -90,4 +91,59 @@ def test_a_release_the_index_lacks_is_refused(tmp_path: Path) -> None:
                      nvidia_driver_version="580.126.09", gpu_package_index=str(index))
     with pytest.raises(InputError, match=r"the index .*idx has no cuda-drivers-580 of that "
                                          "release"):
+        plan.build(path)
+
+
+def fabric_manager(pins: list[object]) -> dict[str, str]:
+    return {p.name: p.version for p in pins if p.component == "fabricmanager"}  # type: ignore[attr-defined]
+
+
+def test_the_fabric_manager_follows_the_overrides_ubuntu_revision() -> None:
+    # An HGX board runs the fabric manager at the driver's release: on Ubuntu at the revision
+    # the repository gives that release, not Debian's -1.
+    full = resolve_stack("gpu-01", {"gpu_stack": "cuda-13.0",
+                                    "nvidia_driver_version": "580.126.09-1ubuntu1"}, H100, MATRIX)
+    assert fabric_manager(packages_for(full, "apt_ubuntu")) == {
+        "nvidia-fabricmanager": "580.126.09-1ubuntu1", "libnvidia-nscq": "580.126.09-1ubuntu1"}
+    assert fabric_manager(packages_for(full, "apt"))["nvidia-fabricmanager"] == "580.126.09-1"
+    listed = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.9",
+                                      "nvidia_driver_version": "580.159.04"}, H100, MATRIX)
+    assert fabric_manager(packages_for(listed, "apt_ubuntu"))["nvidia-fabricmanager"] == \
+        "580.159.04-1ubuntu1"
+
+
+def test_the_index_gives_the_fabric_managers_revision(tmp_path: Path) -> None:
+    index = write_index(tmp_path / "ubuntu2404" / "x86_64", {
+        "cuda-drivers-580": ["580.173.02-1ubuntu1"],
+        "nvidia-driver-580-open": ["580.173.02-1ubuntu1"],
+        "nvidia-fabricmanager": ["580.173.02-1ubuntu1"]})
+    path = inventory(tmp_path, gpu_profile="hgx-h100-8gpu", gpu_stack="cuda-13.0",
+                     nvidia_driver_version="580.173.02", gpu_package_index=str(index))
+    pins = plan.build(path).hosts["gpu-01"].variables()["nvidia_repo_stack_packages"]
+    assert {p["name"]: p["version"] for p in pins["apt_ubuntu"]["fabricmanager"]} == {
+        "nvidia-fabricmanager": "580.173.02-1ubuntu1", "libnvidia-nscq": "580.173.02-1ubuntu1"}
+
+
+def test_a_rule_the_override_breaks_is_named_before_its_revision() -> None:
+    with pytest.raises(InputError, match=r"is too old for cuda_version 12\.4"):
+        resolve_stack("gpu-01", {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "535.54.03"},
+                      H100, MATRIX)
+
+
+def test_the_fabric_managers_revision_may_be_given_apart() -> None:
+    # R570 and older: the fabric manager kept Debian's -1 beside a -0ubuntu1 driver.
+    r = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.4",
+                                 "nvidia_driver_version": "550.127.05-0ubuntu1",
+                                 "nvidia_fabricmanager_version": "550.127.05-1"}, H100, MATRIX)
+    assert fabric_manager(packages_for(r, "apt_ubuntu"))["nvidia-fabricmanager-550"] == \
+        "550.127.05-1"
+    assert ubuntu_driver(packages_for(r, "apt_ubuntu"))["cuda-drivers-550"] == \
+        "550.127.05-0ubuntu1"
+
+
+def test_an_index_without_the_fabric_manager_is_refused_on_nvswitch(tmp_path: Path) -> None:
+    index = write_index(tmp_path / "idx", {"cuda-drivers-580": ["580.173.02-1ubuntu1"]})
+    path = inventory(tmp_path, gpu_profile="hgx-h100-8gpu", gpu_stack="cuda-13.0",
+                     nvidia_driver_version="580.173.02", gpu_package_index=str(index))
+    with pytest.raises(InputError, match="has no nvidia-fabricmanager of that release"):
         plan.build(path)

@@ -26,21 +26,21 @@ def cluster_plan(tmp_path: Path) -> plan_mod.ClusterPlan:
     return plan_mod.build(inv)
 
 
-# What the roles of a healthy cuda-13.0 node measure (stacks.yml: driver 580.95.05, CUDA 13.0.2,
-# cuDNN 9.13.0.50, NCCL 2.28.3-1+cuda13.0, Container Toolkit 1.18.0, DCGM 4.4.0).
+# What the roles of a healthy cuda-13.0 node measure (stacks.yml: driver 580.159.04, CUDA 13.0.2,
+# cuDNN 9.13.0.50, NCCL 2.28.9-1+cuda13.0, Container Toolkit 1.18.2, DCGM 4.5.2).
 HEALTHY: dict[str, dict[str, Any]] = {
-    "nvidia_driver": {"version": "580.95.05", "loaded": "580.95.05", "reboot_required": False,
+    "nvidia_driver": {"version": "580.159.04", "loaded": "580.159.04", "reboot_required": False,
                       "kernels": {"6.1.0-18-amd64": "installed", "6.1.0-20-amd64": "installed"},
                       "kernels_required": ["6.1.0-18-amd64", "6.1.0-20-amd64"],
                       "kernels_checked": True},
-    "nvidia_fabricmanager": {"version": "580.95.05", "service": "active"},
+    "nvidia_fabricmanager": {"version": "580.159.04", "service": "active"},
     "cuda_toolkit": {"release": "13.0", "nvcc_build": "13.0.88", "version": "13.0.2"},
     "cudnn": {"version": "9.13.0"},
-    "nccl": {"version": "2.28.3", "library": "2.28.3"},
-    "nvidia_container_toolkit": {"version": "1.18.0",
+    "nccl": {"version": "2.28.9", "library": "2.28.9"},
+    "nvidia_container_toolkit": {"version": "1.18.2",
                                  "cdi_devices": [f"nvidia.com/gpu={i}" for i in range(8)]
                                  + ["nvidia.com/gpu=all"]},
-    "nvidia_dcgm": {"version": "4.4.0", "source": "dcgmi"},
+    "nvidia_dcgm": {"version": "4.5.2", "source": "dcgmi"},
 }
 STACK_CHECKS = {"driver_loaded", "driver", "driver_kernels", "fabricmanager", "nvcc_release", "cuda_toolkit",
                 "cudnn", "nccl", "container_toolkit", "dcgm", "cdi_devices", "nccl_consistent"}
@@ -54,7 +54,7 @@ def measured(**changes: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def role_reports(driver: str = "580.95.05", nccl_b: str = "2.28.3",
+def role_reports(driver: str = "580.159.04", nccl_b: str = "2.28.9",
                  reboot: bool = False) -> dict[str, dict[str, Any]]:
     drv = {"loaded": driver, "reboot_required": reboot}
     if reboot:
@@ -74,20 +74,20 @@ def test_healthy_stack_passes(cluster_plan: plan_mod.ClusterPlan) -> None:
     assert checks[("gpu-a", "cdi_devices")].measured == 8
     # Compared in the form the node reports: the plan's cuDNN 9.13.0.50 and NCCL pin.
     assert checks[("gpu-a", "cudnn")].expected == "9.13.0"
-    assert checks[("gpu-a", "nccl")].expected == "2.28.3"
+    assert checks[("gpu-a", "nccl")].expected == "2.28.9"
 
 
 # (section, key, value a node could report, the check that must fail, the planned value).
 MISMATCHES = [
-    ("nvidia_driver", "version", "575.57.08", "driver", "580.95.05"),
-    ("nvidia_driver", "loaded", "575.57.08", "driver_loaded", "580.95.05"),
-    ("nvidia_fabricmanager", "version", "580.65.06", "fabricmanager", "580.95.05"),
+    ("nvidia_driver", "version", "575.57.08", "driver", "580.159.04"),
+    ("nvidia_driver", "loaded", "575.57.08", "driver_loaded", "580.159.04"),
+    ("nvidia_fabricmanager", "version", "580.65.06", "fabricmanager", "580.159.04"),
     ("cuda_toolkit", "release", "12.9", "nvcc_release", "13.0"),
     ("cuda_toolkit", "version", "13.0.1", "cuda_toolkit", "13.0.2"),
     ("cudnn", "version", "9.12.0", "cudnn", "9.13.0"),
-    ("nccl", "version", "2.27.3", "nccl", "2.28.3"),
-    ("nvidia_container_toolkit", "version", "1.17.8", "container_toolkit", "1.18.0"),
-    ("nvidia_dcgm", "version", "4.2.3", "dcgm", "4.4.0"),
+    ("nccl", "version", "2.27.3", "nccl", "2.28.9"),
+    ("nvidia_container_toolkit", "version", "1.17.8", "container_toolkit", "1.18.2"),
+    ("nvidia_dcgm", "version", "4.2.3", "dcgm", "4.5.2"),
 ]
 
 
@@ -189,13 +189,13 @@ def test_nccl_consistency_compares_measured_versions_across_nodes(
     checks = by(stack_checks(cluster_plan, role_reports(nccl_b="2.27.3")))
     assert checks[("gpu-a", "nccl_consistent")].status == "fail"
     assert checks[("gpu-b", "nccl_consistent")].measured == "2.27.3"
-    assert "2.27.3, 2.28.3" in checks[("gpu-b", "nccl_consistent")].detail
+    assert "2.27.3, 2.28.9" in checks[("gpu-b", "nccl_consistent")].detail
 
 
 def test_nccl_consistency_uses_the_library_programs_load(
         cluster_plan: plan_mod.ClusterPlan) -> None:
     reports = role_reports()
-    reports["gpu-b"]["nccl"]["library"] = "2.27.3"  # headers 2.28.3, library of another build
+    reports["gpu-b"]["nccl"]["library"] = "2.27.3"  # headers 2.28.9, library of another build
     checks = by(stack_checks(cluster_plan, reports))
     assert checks[("gpu-b", "nccl_library")].status == "fail"
     assert checks[("gpu-b", "nccl_library")].measured == "2.27.3"

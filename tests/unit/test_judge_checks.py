@@ -16,7 +16,7 @@ from provisioner import plan as plan_mod
 from provisioner.judge import Check, stack_checks, upstream
 from tests.unit.test_judge_and_report import measured, role_reports
 
-DRIVER = "580.95.05"
+DRIVER = "580.159.04"
 KERNELS_WANT = f"{DRIVER} built for the running kernel and every newer one"
 
 
@@ -60,7 +60,7 @@ def test_every_check_of_a_healthy_node_says_what_it_compared(
     assert fields(checks[("gpu-a", "cdi_devices")]) == (
         "pass", 8, 8, "CDI spec lists every GPU")
     assert fields(checks[("gpu-b", "nccl_consistent")]) == (
-        "pass", "2.28.3", "2.28.3", "same NCCL on every GPU node")
+        "pass", "2.28.9", "2.28.9", "same NCCL on every GPU node")
     assert ("gpu-a", "nccl_library") not in checks
     assert ("gpu-a", "kernel_held") not in checks  # nvidia_driver_hold_kernel is off
 
@@ -204,22 +204,22 @@ def test_kernel_hold_held_partly_held_and_nothing_to_hold(two: plan_mod.ClusterP
 
 def test_nccl_library_against_its_header_and_the_cluster(two: plan_mod.ClusterPlan) -> None:
     reports = role_reports()
-    reports["gpu-b"]["nccl"].update(version="2.28.3", library="2.27.3")
+    reports["gpu-b"]["nccl"].update(version="2.28.9", library="2.27.3")
     checks = judge(two, reports)
     assert fields(checks[("gpu-b", "nccl_library")]) == (
-        "fail", "2.27.3", "2.28.3", "libnccl.so is 2.27.3 but nccl.h says 2.28.3: the library "
+        "fail", "2.27.3", "2.28.9", "libnccl.so is 2.27.3 but nccl.h says 2.28.9: the library "
                                     "and its headers come from different packages")
     # The library is what programs load: the cluster-wide check compares libraries.
     assert fields(checks[("gpu-b", "nccl_consistent")]) == (
-        "fail", "2.27.3", "one version", "NCCL differs across the cluster (2.27.3, 2.28.3): "
+        "fail", "2.27.3", "one version", "NCCL differs across the cluster (2.27.3, 2.28.9): "
                                          "collectives between these nodes can hang or crash")
     # Without a readable library, the header stands for it; a header alone is no mismatch.
     reports["gpu-b"]["nccl"].update(version="2.27.3", library="")
-    reports["gpu-a"]["nccl"].update(version="", library="2.28.3")
+    reports["gpu-a"]["nccl"].update(version="", library="2.28.9")
     checks = judge(two, reports)
     assert ("gpu-b", "nccl_library") not in checks and ("gpu-a", "nccl_library") not in checks
     assert checks[("gpu-b", "nccl_consistent")].measured == "2.27.3"
-    assert checks[("gpu-a", "nccl_consistent")].measured == "2.28.3"
+    assert checks[("gpu-a", "nccl_consistent")].measured == "2.28.9"
 
 
 def test_a_cdi_spec_without_every_gpu_fails(two: plan_mod.ClusterPlan) -> None:
@@ -276,7 +276,7 @@ def test_nvlsm_not_measured_failing_and_passing(tmp_path: Path, completed: bool,
     ("1:2.3:4-1", "2.3:4"),            # the epoch ends at the first colon
     ("2.3-rc1-1", "2.3-rc1"),          # the revision starts at the last hyphen
     ("1:4.4.0-1", "4.4.0"),
-    ("2.28.3-1+cuda13.0", "2.28.3"),
+    ("2.28.9-1+cuda13.0", "2.28.9"),
 ])
 def test_upstream_follows_debian_version_syntax(version: str, bare: str) -> None:
     assert upstream(version) == bare

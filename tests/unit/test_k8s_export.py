@@ -61,14 +61,14 @@ def test_labels_of_the_example_inventory_are_its_planned_stack() -> None:
     assert handoff.labels["h100-001"] == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.count": "8",
-        "gpucluster.io/stack": "cuda-12.8",
+        "gpucluster.io/stack": "cuda-13.0",
         "gpucluster.io/driver": stack.driver_version,
         "gpucluster.io/cuda": stack.cuda_version,
         "gpucluster.io/nccl": stack.nccl_version.replace("+", "-"),
         "gpucluster.io/cudnn": stack.cudnn_version,
         "gpucluster.io/profile": "hgx-h100-8gpu",
     }
-    # NCCL's package version (2.25.1-1+cuda12.8) has a '+': sanitized, and said so once.
+    # NCCL's package version (2.28.9-1+cuda13.0) has a '+': sanitized, and said so once.
     assert "+" in stack.nccl_version
     [note] = handoff.notes
     assert "gpucluster.io/nccl" in note and repr(stack.nccl_version) in note
@@ -204,7 +204,7 @@ def test_write_handoff_writes_three_files_that_say_the_same(tmp_path: Path) -> N
                               if line.startswith("kubectl "))}
     assert scripted == handoff.labels
     assert yaml.safe_load((out / "gpu-operator-values.yaml").read_text()) == handoff.values
-    assert "2.25.1-1+cuda12.8" in (out / "node-labels.yaml").read_text()  # the note
+    assert "2.28.9-1+cuda13.0" in (out / "node-labels.yaml").read_text()  # the note
     # Run again: our files are overwritten, anything else in the directory stays.
     (out / "node-labels.yaml").write_text("stale\n")
     (out / "mine.txt").write_text("keep\n")

@@ -55,7 +55,8 @@ def pins(hostvars: dict[str, Any], family: str, profile: Profile | None = None) 
     ("cuda-12.6", "560.35.03-0ubuntu1", "560.35.03-1"),
     ("cuda-12.8", "570.124.06-0ubuntu1", "570.124.06-0ubuntu1"),
     ("cuda-12.9", "575.57.08-0ubuntu1", "575.57.08-0ubuntu1"),
-    ("cuda-13.0", "580.95.05-0ubuntu1", "580.95.05-0ubuntu1"),
+    ("cuda-13.0", "580.159.04-1ubuntu1", "580.159.04-1ubuntu1"),
+    ("cuda-13.2", "595.71.05-1ubuntu1", "595.71.05-1ubuntu1"),
 ])
 def test_ubuntu_driver_pins_carry_the_repositorys_revision(stack: str, nvidia_driver: str,
                                                             cuda_drivers: str) -> None:
@@ -71,23 +72,48 @@ def test_ubuntu_driver_pins_carry_the_repositorys_revision(stack: str, nvidia_dr
             == f"{version}-1"
 
 
-@pytest.mark.parametrize(("driver", "nvidia_driver", "cuda_drivers"), [
-    ("580.105.08", "0ubuntu1", "0ubuntu1"),
-    ("580.126.09", "1ubuntu1", "1ubuntu1"),  # the revision changes inside R580
-    ("580.126.20", "1ubuntu1", "1ubuntu1"),
+@pytest.mark.parametrize(("override", "driver", "nvidia_driver", "cuda_drivers"), [
+    # Releases stacks.yml lists (ubuntu_driver_packages) take their listed revisions: the
+    # revision changes inside R580 (cuda-13.0's own 580.159.04 is -1ubuntu1).
+    ("580.95.05", "580.95.05", "0ubuntu1", "0ubuntu1"),
+    ("580.159.04", "580.159.04", "1ubuntu1", "1ubuntu1"),
+    # Others are given in full, as the Ubuntu repository lists them.
+    ("580.105.08-0ubuntu1", "580.105.08", "0ubuntu1", "0ubuntu1"),
+    ("580.126.09-1ubuntu1", "580.126.09", "1ubuntu1", "1ubuntu1"),
+    ("580.126.20-1ubuntu1", "580.126.20", "1ubuntu1", "1ubuntu1"),
 ])
-def test_ubuntu_revision_follows_a_driver_override(driver: str, nvidia_driver: str,
-                                                    cuda_drivers: str) -> None:
-    ubuntu = pins({"gpu_stack": "cuda-13.0", "nvidia_driver_version": driver}, "apt_ubuntu")
+def test_ubuntu_revision_follows_a_driver_override(override: str, driver: str,
+                                                    nvidia_driver: str, cuda_drivers: str) -> None:
+    hostvars = {"gpu_stack": "cuda-13.0", "nvidia_driver_version": override}
+    assert resolve(hostvars, H100).driver_version == driver
+    ubuntu = pins(hostvars, "apt_ubuntu")
     assert ubuntu["nvidia-driver-580-open"] == f"{driver}-{nvidia_driver}"
     assert ubuntu["cuda-drivers-580"] == f"{driver}-{cuda_drivers}"
+    # Debian's repository keeps -1, whatever the Ubuntu revision.
+    assert pins(hostvars, "apt")["cuda-drivers-580"] == f"{driver}-1"
 
 
-def test_ubuntu_revision_boundary_at_560_35_05() -> None:
+@pytest.mark.parametrize("driver", ["580.105.08", "580.126.09", "580.126.20"])
+def test_an_unlisted_ubuntu_driver_override_without_an_index_is_refused(driver: str) -> None:
+    assert refused({"gpu_stack": "cuda-13.0", "nvidia_driver_version": driver}, H100) == (
+        f"host gpu-01: nvidia_driver_version {driver} is not a release in stacks.yml, and its "
+        "Ubuntu package revision (ubuntu2204) is a fact of the repository, not of the number: "
+        "set gpu_package_index to the Ubuntu CUDA repository's index, or give the full package "
+        f"version as that repository lists it (nvidia_driver_version: \"{driver}-<revision>\")")
+
+
+def test_ubuntu_revisions_are_stated_per_release_never_derived() -> None:
     facts = MATRIX.naming_facts
     assert facts.ubuntu_revision("560.35.03").cuda_drivers == "1"
-    assert facts.ubuntu_revision("560.35.05").cuda_drivers == "0ubuntu1"
-    assert facts.ubuntu_revision("470.256.02").cuda_drivers == "1"  # older: the first row
+    # 560.35.05 (-0ubuntu1 [HOLO]) is not listed: a neighbouring release lends it nothing.
+    assert facts.ubuntu_revision("560.35.05") is None
+    assert facts.ubuntu_revision("470.256.02") is None  # older than every listed release
+    assert facts.ubuntu_revision("580.95.05").cuda_drivers == "0ubuntu1"
+    assert facts.ubuntu_revision("580.159.04").cuda_drivers == "1ubuntu1"
+    # Every stack that claims an Ubuntu OS has its own driver release listed.
+    for stack in MATRIX.stacks.values():
+        if any(os_dir.startswith("ubuntu") for os_dir in stack.os_support):
+            assert facts.ubuntu_revision(stack.driver.version) is not None, stack.name
 
 
 def test_stacks_show_cuda_12_8_lists_both_revisions() -> None:
@@ -104,12 +130,13 @@ def test_stacks_show_cuda_12_8_lists_both_revisions() -> None:
                           ("libnvidia-nscq-570", "570.124.06-1")]),
     ("cuda-12.8", "dnf", [("nvidia-fabric-manager", "570.124.06-1"),
                           ("libnvidia-nscq-570", "570.124.06-1")]),
-    ("cuda-13.0", "apt", [("nvidia-fabricmanager", "580.95.05-1"),
-                          ("libnvidia-nscq", "580.95.05-1")]),
-    ("cuda-13.0", "apt_ubuntu", [("nvidia-fabricmanager", "580.95.05-1"),
-                                 ("libnvidia-nscq", "580.95.05-1")]),
-    ("cuda-13.0", "dnf", [("nvidia-fabricmanager", "580.95.05-1"),
-                          ("libnvidia-nscq", "580.95.05-1")]),
+    ("cuda-13.0", "apt", [("nvidia-fabricmanager", "580.159.04-1"),
+                          ("libnvidia-nscq", "580.159.04-1")]),
+    # Ubuntu's fabric manager carries the Ubuntu revision at 580.159.04 (package_exceptions).
+    ("cuda-13.0", "apt_ubuntu", [("nvidia-fabricmanager", "580.159.04-1ubuntu1"),
+                                 ("libnvidia-nscq", "580.159.04-1ubuntu1")]),
+    ("cuda-13.0", "dnf", [("nvidia-fabricmanager", "580.159.04-1"),
+                          ("libnvidia-nscq", "580.159.04-1")]),
 ])
 def test_fabric_manager_names_before_and_from_r580(stack: str, family: str,
                                                    expected: list[tuple[str, str]]) -> None:
@@ -168,7 +195,7 @@ def test_profile_minimum_drivers() -> None:
      "host gpu-01: nvidia_driver_version 570.124.06 (from gpu_stack cuda-12.8) is older than "
      "NVIDIA B200 (10de:2901) needs (gpu_profile hgx-b200-8gpu: min_driver 570.133.20); set "
      "nvidia_driver_version >= 570.133.20 or pick gpu_stack cuda-12.9 or newer"),
-    (L40S, {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "535.54.03"},
+    (L40S, {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "535.54.03-1"},
      "host gpu-01: nvidia_driver_version 535.54.03 (as overridden) is older than NVIDIA L40S "
      "(10de:26b9) needs (gpu_profile pcie-l40s-4gpu: min_driver 535.104.05); set "
      "nvidia_driver_version >= 535.104.05 or pick gpu_stack cuda-12.2 or newer"),
@@ -179,15 +206,17 @@ def test_rule_gpu_model_needs_its_minimum_driver(profile: Profile, hostvars: dic
 
 
 @pytest.mark.parametrize(("profile", "hostvars"), [
-    (H200, {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.90.07"}),
-    (B200, {"gpu_stack": "cuda-12.8", "nvidia_driver_version": "570.133.20"}),
+    # Releases stacks.yml does not list, given in full with their Ubuntu revision [HOLO] [UREPO].
+    (H200, {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.90.07-1"}),
+    (B200, {"gpu_stack": "cuda-12.8", "nvidia_driver_version": "570.133.20-0ubuntu1"}),
     (L40S, {"gpu_stack": "cuda-12.2"}),
     (H200, {"gpu_stack": "cuda-12.6"}),
 ])
 def test_a_new_enough_release_is_accepted(profile: Profile, hostvars: dict[str, Any]) -> None:
     r = resolve(hostvars, profile)
-    assert r.driver_version == hostvars.get("nvidia_driver_version",
-                                            MATRIX.stacks[hostvars["gpu_stack"]].driver.version)
+    assert r.driver_version == hostvars.get(
+        "nvidia_driver_version",
+        MATRIX.stacks[hostvars["gpu_stack"]].driver.version).partition("-")[0]
     # The same branch's override keeps the stack's CUDA, NCCL and the fabric manager in step.
     assert r.cuda_version == MATRIX.stacks[hostvars["gpu_stack"]].cuda_version
     assert r.fabricmanager_version == r.driver_version
@@ -297,8 +326,13 @@ def load_changed(tmp_path: Path, change: Any) -> str:
                             "proprietary": "nvidia-driver:570-dkms"}),
      "driver.dnf_module_streams.proprietary is 'nvidia-driver:570-dkms'; the stream of branch "
      "575 is 'nvidia-driver:575-dkms'"),
-    (lambda d: d["ubuntu_driver_revisions"].reverse(), "rows must ascend by from_driver"),
-    (lambda d: d.pop("ubuntu_driver_revisions"), "ubuntu_driver_revisions: Field required"),
+    (lambda d: d["ubuntu_driver_packages"].update(
+        {"R580": {"nvidia_driver": "1ubuntu1", "cuda_drivers": "1ubuntu1"}}),
+     "ubuntu_driver_packages: 'R580' is not a driver release like '580.95.05' (quote it)"),
+    (lambda d: d["ubuntu_driver_packages"].pop("580.159.04"),
+     "stack cuda-13.0: os_support ubuntu2204 needs the Ubuntu revisions of driver 580.159.04: "
+     "add it to ubuntu_driver_packages with its source, or drop the OS"),
+    (lambda d: d.pop("ubuntu_driver_packages"), "ubuntu_driver_packages: Field required"),
     (lambda d: d["fabricmanager_prerequisites"][0]["packages"].pop("dnf"),
      "no package list for family dnf"),
 ])

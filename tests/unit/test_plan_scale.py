@@ -75,11 +75,11 @@ def test_the_same_value_as_int_and_str_is_not_one_group() -> None:
 
 
 def test_a_stack_error_names_the_first_offending_host(tmp_path: Path) -> None:
-    bad = {"nvidia_driver_version": "535.183.01", "cuda_version": "12.8"}
+    bad = {"nvidia_driver_version": "535.154.05", "cuda_version": "12.8"}
     path = fleet(tmp_path, 300, {i: bad for i in (171, 42, 250)})
     with pytest.raises(InputError) as err:
         plan_mod.build(path)
-    assert ("host gpu-042: nvidia_driver_version 535.183.01 is too old for cuda_version 12.8"
+    assert ("host gpu-042: nvidia_driver_version 535.154.05 is too old for cuda_version 12.8"
             in str(err.value))
 
 

@@ -32,7 +32,7 @@ H100 = PROFILES["hgx-h100-8gpu"]
 B200 = PROFILES["hgx-b200-8gpu"]
 L40S = PROFILES["pcie-l40s-4gpu"]
 REQUIRED = {"cuda-11.8": 535, "cuda-12.2": 535, "cuda-12.4": 550, "cuda-12.6": 560, "cuda-12.8": 570,
-            "cuda-12.9": 575, "cuda-13.0": 580}
+            "cuda-12.9": 575, "cuda-13.0": 580, "cuda-13.2": 595}
 AS_VARS_KEYS = {
     "gpu_stack", "nvidia_driver_branch", "nvidia_driver_version", "nvidia_driver_module_flavor",
     "nvidia_fabricmanager_enabled", "nvidia_fabricmanager_version", "cuda_version",
@@ -78,8 +78,16 @@ def supports(stack: Stack, profile: Profile) -> bool:
 
 def test_matrix_has_the_required_stacks_and_branches() -> None:
     assert {name: s.driver.branch for name, s in MATRIX.stacks.items()} == REQUIRED
-    newest = max(MATRIX.stacks.values(), key=lambda s: cuda_key(s.cuda_version))
+    # The default: the newest stack on a long-term support or production branch that claims
+    # every OS the product installs (cuda-13.2 is newer but claims ubuntu2404 and rhel9 only).
+    every_os = set(MATRIX.repositories.cuda)
+    candidates = [s for s in MATRIX.stacks.values() if set(s.os_support) == every_os
+                  and MATRIX.driver_branches[s.driver.branch].designation
+                  in ("long-term support", "production")]
+    newest = max(candidates, key=lambda s: cuda_key(s.cuda_version))
     assert MATRIX.default_stack == newest.name == "cuda-13.0"
+    assert max(MATRIX.stacks.values(), key=lambda s: cuda_key(s.cuda_version)).name == "cuda-13.2"
+    assert set(MATRIX.stacks["cuda-13.2"].os_support) == {"ubuntu2404", "rhel9"}
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))
@@ -227,7 +235,8 @@ def test_without_profile_no_fabric_manager() -> None:
 
 
 def test_override_driver_same_branch_moves_fabric_manager_along() -> None:
-    r = resolve({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.127.05"})
+    # 550.127.05 is no release of stacks.yml: given in full, with its Ubuntu revision [HOLO].
+    r = resolve({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.127.05-0ubuntu1"})
     assert (r.driver_version, r.driver_branch) == ("550.127.05", 550)
     assert r.fabricmanager_version == "550.127.05"
     assert r.overrides == ("nvidia_driver_version",)
@@ -280,7 +289,7 @@ def test_volta_defaults_to_proprietary_on_open_default_stacks() -> None:
 
 
 def test_rule_driver_too_old_for_cuda_exact_message() -> None:
-    message = refused({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "535.54.03"})
+    message = refused({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "535.54.03-1"})
     assert message == ("host gpu-01: nvidia_driver_version 535.54.03 is too old for "
                        "cuda_version 12.4 (needs >= 550.54.14); pick gpu_stack cuda-12.2 or a "
                        "newer driver")
@@ -317,14 +326,14 @@ def test_rule_no_open_modules_on_volta() -> None:
 
 def test_rule_open_modules_need_r515() -> None:
     message = refused({"gpu_stack": "cuda-12.4", "cuda_version": "12.0.1",
-                       "nvidia_driver_version": "510.108.03",
+                       "nvidia_driver_version": "510.108.03-1",
                        "nvidia_driver_module_flavor": "open"}, None)
     assert "host gpu-01: nvidia_driver_version 510.108.03 is too old" in message  # CUDA first
     m = MATRIX.model_copy(update={"cuda_minimum_driver": {**MATRIX.cuda_minimum_driver,
                                                           "12.4": "510.47.03"}})
     with pytest.raises(InputError, match=r"^host gpu-01: nvidia_driver_module_flavor: open "
                                          r"kernel modules need driver branch >= R515"):
-        resolve_stack("gpu-01", {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "510.108.03",
+        resolve_stack("gpu-01", {"gpu_stack": "cuda-12.4", "nvidia_driver_version": "510.108.03-1",
                                  "nvidia_driver_module_flavor": "open"}, None, m)
 
 
@@ -333,7 +342,7 @@ def test_rule_hopper_needs_r525() -> None:
     m = MATRIX.model_copy(update={"cuda_minimum_driver": {**MATRIX.cuda_minimum_driver,
                                                           "12.2": "520.61.05"}})
     with pytest.raises(InputError) as exc:
-        resolve_stack("gpu-01", {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "520.61.05"},
+        resolve_stack("gpu-01", {"gpu_stack": "cuda-12.2", "nvidia_driver_version": "520.61.05-1"},
                       H100, m)
     assert str(exc.value).startswith("host gpu-01: nvidia_driver_version 520.61.05 (branch "
                                      "R520) does not support hopper GPUs")
@@ -382,7 +391,7 @@ def test_rule_unknown_stack_lists_choices() -> None:
     message = refused({"gpu_stack": "cuda-11.7"})
     assert message == ("host gpu-01: gpu_stack cuda-11.7 is not a known stack; choose one of "
                        "cuda-11.8, cuda-12.2, cuda-12.4, cuda-12.6, cuda-12.8, cuda-12.9, "
-                       "cuda-13.0")
+                       "cuda-13.0, cuda-13.2")
 
 
 def test_rule_unknown_flavor_lists_choices() -> None:
@@ -452,14 +461,14 @@ def test_packages_for_apt_default_stack_h100() -> None:
     assert [p.component for p in pins][:1] == ["driver"]
     assert {p.component for p in pins} == set(COMPONENTS)
     by_name = {p.name: p.version for p in pins}
-    assert by_name["nvidia-kernel-open-dkms"] == "580.95.05-1"
-    assert by_name["cuda-drivers-580"] == "580.95.05-1"
-    assert by_name["nvidia-fabricmanager"] == "580.95.05-1"  # R580 drops the branch suffix
+    assert by_name["nvidia-kernel-open-dkms"] == "580.159.04-1"
+    assert by_name["cuda-drivers-580"] == "580.159.04-1"
+    assert by_name["nvidia-fabricmanager"] == "580.159.04-1"  # R580 drops the branch suffix
     assert by_name["cuda-toolkit-13-0"] == "13.0.2-1"
     assert by_name["libcudnn9-cuda-13"] == "9.13.0.50-1"
-    assert by_name["libnccl2"] == "2.28.3-1+cuda13.0"
-    assert by_name["nvidia-container-toolkit"] == "1.18.0-1"
-    assert by_name["datacenter-gpu-manager-4-cuda13"] == "1:4.4.0-1"
+    assert by_name["libnccl2"] == "2.28.9-1+cuda13.0"
+    assert by_name["nvidia-container-toolkit"] == "1.18.2-1"
+    assert by_name["datacenter-gpu-manager-4-cuda13"] == "1:4.5.2-1"
 
 
 def test_packages_for_brief_example_stack() -> None:
@@ -478,7 +487,7 @@ def test_packages_for_skips_fabric_manager_without_nvswitch() -> None:
 
 
 def test_packages_for_follows_overrides() -> None:
-    r = resolve({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.127.05",
+    r = resolve({"gpu_stack": "cuda-12.4", "nvidia_driver_version": "550.127.05-0ubuntu1",
                  "nvidia_container_toolkit_version": "1.17.7"})
     apt = {p.name: p.version for p in packages_for(r, "apt")}
     assert apt["cuda-drivers-550"] == apt["nvidia-fabricmanager-550"] == "550.127.05-1"
@@ -487,7 +496,7 @@ def test_packages_for_follows_overrides() -> None:
     assert dnf["nvidia-driver-cuda"] == "3:550.127.05-1.el9"
     assert dnf["nvidia-fabric-manager"] == "550.127.05-1"
     ubuntu = {p.name: p.version for p in packages_for(r, "apt_ubuntu")}
-    assert ubuntu["nvidia-driver-550"] == "550.127.05-0ubuntu1"
+    assert ubuntu["nvidia-driver-550"] == ubuntu["cuda-drivers-550"] == "550.127.05-0ubuntu1"
     assert ubuntu["libnccl2"] == "2.21.5-1+cuda12.4"  # non-driver names shared with Debian
 
 
@@ -530,7 +539,7 @@ def test_package_exception_replaces_the_conventional_pin(tmp_path: Path) -> None
     assert pins("apt_ubuntu", "proprietary")["nvidia-driver-570"] == "570.124.06-0ubuntu1"
     assert "nvidia-driver-570-open" not in pins("apt", "open")
     # An exception is a fact about the stack's own version: a driver override drops it.
-    assert pins("apt_ubuntu", "open", nvidia_driver_version="570.133.20")[
+    assert pins("apt_ubuntu", "open", nvidia_driver_version="570.133.20-0ubuntu1")[
         "nvidia-driver-570-open"] == "570.133.20-0ubuntu1"
     # Other stacks are untouched.
     r = resolve_stack("gpu-01", {"gpu_stack": "cuda-12.9"}, None, matrix)
@@ -579,6 +588,7 @@ def test_stack_rows() -> None:
     assert [r["stack"] for r in rows if r["default"]] == ["cuda-13.0"]
     assert rows[2]["driver"] == "R550 550.54.15"
     assert rows[2]["module_flavors"] == "open, proprietary (default)"
+    assert (rows[2]["branch"], rows[2]["end_of_life"]) == ("production", "2025-08-31")
     assert all(isinstance(v, str) for row in rows for v in row.values())
 
 
