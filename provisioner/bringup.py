@@ -475,9 +475,8 @@ def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
 
 
 def secure_run_dir(run_dir: Path, report: Report) -> None:
-    """After each phase: what ansible-runner wrote is made private (0700/0600) and the
-    inventory's secrets are masked in it (task output may quote a credentialed URL)."""
-    for written in (run_dir / "ansible", run_dir / "executors"):  # executors: up --executors
-        if written.is_dir():
-            make_private(written)
+    """After each phase: everything in the run directory is made private (0700/0600), and the
+    inventory's secrets are masked in what it holds for people (task output may quote a
+    credentialed URL). plan.yml and the fact cache keep their secrets: later phases read them."""
+    make_private(run_dir)
     redact_tree(run_dir, report._secrets)

@@ -685,6 +685,12 @@ def _executors(args: argparse.Namespace, cp: ClusterPlan) -> tuple[Any, tuple[st
     if getattr(args, "fast", False):
         raise InputError("--fast and --executors do not go together yet (Mitogen runs on the "
                          "controller only): leave one out")
+    if getattr(args, "reboot", False):
+        # The reboot ledger and Ansible's throttle are per executor: N executors would reboot
+        # N batches at once, N times the nodes --batch-size allows.
+        raise InputError("--reboot and --executors do not go together: each executor would "
+                         "keep its own reboot limit, so the cluster could lose that many "
+                         "batches at once; reboot without --executors")
     from provisioner import executors as ex
     from provisioner.inventory import hosts_matching
 
@@ -991,7 +997,7 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
         # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner.passthrough_env);
         # its output lands in the run's artifacts, not on our console.
         os.environ.setdefault("ANSIBLE_VERBOSITY", str(min(args.verbose, 4)))
-    lock = runlock.acquire(runs_dir(), Path(cp.inventory.source), command)
+    lock = runlock.acquire(runs_dir(), cp.inventory, command)
     try:
         with _stop_signals():
             report, run_dir = bringup.start_report(cp, command)

@@ -76,20 +76,47 @@ def make_private(root: Path) -> None:
     root.chmod(0o700)
 
 
+# What a run directory holds for people to read: ansible-runner's task output and event records
+# (the controller's and each executor's) and the smoke job's logs and results. Only these are
+# masked after a phase. The rest is read again by the run or by Ansible (plan.yml, the fact
+# cache), where a masked substring of a version or path corrupts the file, or was masked when
+# it was written (report.json, junit.xml); all of it stays private (make_private).
+FOR_PEOPLE = (
+    "ansible/artifacts/*/stdout", "ansible/artifacts/*/stderr",
+    "ansible/artifacts/*/job_events/*.json",
+    "executors/*/*/artifacts/*/stdout", "executors/*/*/artifacts/*/stderr",
+    "executors/*/*/artifacts/*/job_events/*.json",
+    "smoke/**/*",
+)
+
+
 def redact_tree(root: Path, found: set[str]) -> int:
-    """Mask the given secrets (and URL credentials) in every text file under ``root``; the
-    number of files rewritten."""
+    """Mask the given secrets (and URL credentials) in the files of the run directory ``root``
+    written for people (FOR_PEOPLE); the number of files rewritten. A JSON file is masked value
+    by value, so it stays JSON whatever the secret matches."""
+    inside = root.resolve()
+    paths = {p for pattern in FOR_PEOPLE for p in root.glob(pattern)
+             if p.is_file() and not p.is_symlink() and p.resolve().is_relative_to(inside)}
     rewritten = 0
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+    for path in sorted(paths):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        clean = redact(text, found)
+        clean = _redact_json(text, found) if path.suffix == ".json" else redact(text, found)
         if clean != text:
             write_private(path, clean)
             rewritten += 1
     return rewritten
+
+
+def _redact_json(text: str, found: set[str]) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return redact(text, found)  # not JSON (cut short): nothing a rewrite can break
+    clean = redact_data(data, found)
+    return text if clean == data else json.dumps(clean)
 
 
 @dataclass
@@ -224,7 +251,7 @@ class Report:
         try:
             private_dir(run_dir)
             write_private(path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
-            write_private(run_dir / "junit.xml", redact(self.junit(), self._secrets))
+            write_private(run_dir / "junit.xml", self.junit())
         except OSError as exc:
             raise ReportNotSaved(f"cannot save the report in {run_dir}: "
                                  f"{exc.strerror or exc}") from exc
@@ -290,6 +317,12 @@ class Report:
             ET.SubElement(case, "failure", message=_xml(f"{self.outcome}: {why}"),
                           type="verdict")
         _count(suite)
+        # Masked value by value: masking the serialized text would also mask a secret that
+        # matches markup (a tag or attribute name) and leave a file no JUnit reader parses.
+        for element in root.iter():
+            element.text = redact(element.text, self._secrets) if element.text else element.text
+            for attr, value in element.attrib.items():
+                element.set(attr, redact(value, self._secrets))
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -157,14 +157,15 @@ def conventional(v: NamingInputs, component: str, family: str,
         # [UREPO]: per release, as the driver's (ubuntu_driver_packages, or the override's).
         fm = v.fabricmanager_version
         fm_branch = driver_branch(fm)
-        rev = "1"
+        fm_rev = "1"
         if family == "apt_ubuntu":
             known = v.ubuntu_revision or v.facts.ubuntu_revision(fm)
-            rev = known.fabricmanager if known else "1"
+            fm_rev = known.fabricmanager if known else "1"
         if fm_branch >= v.facts.fabricmanager_unsuffixed_from_branch:
-            return [("nvidia-fabricmanager", f"{fm}-{rev}"), ("libnvidia-nscq", f"{fm}-{rev}")]
+            return [("nvidia-fabricmanager", f"{fm}-{fm_rev}"),
+                    ("libnvidia-nscq", f"{fm}-{fm_rev}")]
         name = "nvidia-fabric-manager" if dnf else f"nvidia-fabricmanager-{fm_branch}"
-        return [(name, f"{fm}-{rev}"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-{rev}")]
+        return [(name, f"{fm}-{fm_rev}"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-{fm_rev}")]
     if component == "cuda_toolkit":
         # cuda-toolkit-<X>-<Y> at the toolkit release, revision 1 [CIG].
         minor = v.cuda_version.split(".")[1]

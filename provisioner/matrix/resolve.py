@@ -291,13 +291,13 @@ def _ubuntu_revision(host: str, driver: str, given: tuple[str | None, str | None
                          f"{index.source} has no {cuda_drivers} of that release; check the "
                          "version, or give the full package version")
     nvidia = found.get(open_name) or found.get(closed_name) or found[cuda_drivers]
-    fm = next((found[name] for name in fabricmanager if name in found), None)
-    if fm is None and fabricmanager_enabled:
+    fm_found = next((found[name] for name in fabricmanager if name in found), None)
+    if fm_found is None and fabricmanager_enabled:
         raise InputError(f"host {host}: nvidia_driver_version {driver}: the index "
                          f"{index.source} has no nvidia-fabricmanager of that release, which "
                          "this NVSwitch system needs")
     return UbuntuRevision(nvidia.partition("-")[2], found[cuda_drivers].partition("-")[2],
-                          fm.partition("-")[2] if fm else "1")
+                          fm_found.partition("-")[2] if fm_found else "1")
 
 
 def _default_flavor(stack: Stack, branch: int, matrix: StackMatrix,

@@ -294,12 +294,13 @@ def test_a_second_run_on_the_same_inventory_is_refused_at_once(tmp_path: Path) -
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
+    from provisioner.inventory import load
     from provisioner.runlock import lock_path
 
     inv = inventory(tmp_path)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    lock = lock_path(tmp_path / "runs", inv)
+    lock = lock_path(tmp_path / "runs", load(inv))
     lock.parent.mkdir(parents=True)
     lock.write_text(json.dumps({"pid": dead.pid, "command": "up",
                                 "started_at": "2026-01-01T00:00:00+00:00"}))

@@ -17,8 +17,8 @@ from provisioner import wheelhouse
 from provisioner.busbw import GLOO_SKIP_REASON
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.smoke import SIMULATED_SKIP_REASON, judge, load_smoke_result
-from provisioner.wheellock import LockedWheel
 from provisioner.wheelhouse import ensure_wheelhouse
+from provisioner.wheellock import LockedWheel
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -326,5 +326,5 @@ def test_wheelhouse_pip_success_without_the_locked_wheel_is_error(
 
     monkeypatch.setattr(wheelhouse.subprocess, "run", fake_run)
     lock = [LockedWheel("numpy", "2.4.6", "numpy-2.4.6-py3-none-any.whl", "0" * 64)]
-    with pytest.raises(EnvironmentProblem, match="numpy-2.4.6-py3-none-any.whl is not in"):
+    with pytest.raises(EnvironmentProblem, match=r"numpy-2\.4\.6-py3-none-any\.whl is not in"):
         ensure_wheelhouse(tmp_path / "wh", wheels_for=lambda _node: lock)

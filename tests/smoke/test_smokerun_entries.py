@@ -57,8 +57,8 @@ def test_extravars_of_a_real_cluster(real_plan: plan_mod.ClusterPlan, tmp_path: 
 
 def test_the_locked_hashes_are_the_reviewed_locks_for_each_platform(
         sim_plan: plan_mod.ClusterPlan) -> None:
-    from provisioner.wheellock import load_lock, requirements_text
     from provisioner.wheelhouse import NodePlatform
+    from provisioner.wheellock import load_lock, requirements_text
 
     got = smokerun.locked_requirements(sim_plan, [NodePlatform("3.11", "x86_64")], "pytorch")
     assert got == {"cp311-x86_64": requirements_text(load_lock()["pytorch-sim"]["cp311-x86_64"])}
@@ -67,8 +67,8 @@ def test_the_locked_hashes_are_the_reviewed_locks_for_each_platform(
 
 def test_a_site_lock_adds_platforms(sim_plan: plan_mod.ClusterPlan, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from provisioner.wheellock import LockedWheel, write_lock
     from provisioner.wheelhouse import NodePlatform
+    from provisioner.wheellock import LockedWheel, write_lock
 
     site = tmp_path / "site.lock.json"
     write_lock(site, {"pytorch-sim": {"cp399-riscv64": [

@@ -317,6 +317,24 @@ def test_up_executors_get_the_limit_as_hosts(inventory: Path, fake_run: FakeRun,
     assert fake_run.options.limit == "gpu-01"
 
 
+def test_up_refuses_reboot_with_executors_before_contacting_them(
+        inventory: Path, fake_run: FakeRun, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Each executor keeps its own reboot ledger and throttle: two executors could reboot two
+    # batches at once. Refused, and no executor or node is contacted.
+    from provisioner import executors as ex
+
+    checked: list[Any] = []
+    monkeypatch.setattr(ex, "check", checked.append)
+    assert cli.main(["up", "-i", str(inventory), "--yes", "--reboot",
+                     "--executors", "exec-1,exec-2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --reboot and --executors do not go together: each executor would "
+                   "keep its own reboot limit, so the cluster could lose that many batches at "
+                   "once; reboot without --executors"]
+    assert checked == [] and fake_run.calls == []
+
+
 def test_validate_passes_limit_and_executors(inventory: Path, fake_run: FakeRun,
                                              monkeypatch: pytest.MonkeyPatch,
                                              runs: Path) -> None:
@@ -478,7 +496,9 @@ def test_verbose_sets_ansible_verbosity(inventory: Path, fake_run: FakeRun,
 
 def test_a_stale_lock_is_taken_over_and_noted(inventory: Path, fake_run: FakeRun,
                                               runs: Path) -> None:
-    lock = runlock.lock_path(runs, inventory)
+    from provisioner.inventory import load
+
+    lock = runlock.lock_path(runs, load(inventory))
     lock.parent.mkdir(parents=True)
     lock.write_text(json.dumps({"pid": 999999999, "command": "up"}))
     assert cli.main(["-q", "validate", "-i", str(inventory)]) == 0
@@ -953,13 +973,13 @@ def test_up_executors_without_a_limit_run_every_host(inventory: Path, fake_run: 
 
 
 def test_stacks_completes_stack_names_for_its_name_only() -> None:
-    """`provisioner stacks <TAB>` offers list/show (the choices of its first argument); only
-    the NAME after them completes to the stacks."""
+    """`provisioner stacks <TAB>` offers list/show/verify (the choices of its first argument);
+    only the NAME after them, and verify's --stack NAME, complete to the stacks."""
     parser = cli.build_parser()
     for command in cli._subparsers(parser):
         with_stacks = [a.dest for a in command._actions
                        if vars(a).get("completer") is cli.stack_names]
-        expected = {"provisioner stacks": ["name"], "provisioner upgrade": ["stack"]}
+        expected = {"provisioner stacks": ["name", "only_stack"], "provisioner upgrade": ["stack"]}
         assert with_stacks == expected.get(command.prog, []), command.prog
 
 

@@ -274,16 +274,18 @@ def test_redact_tree_masks_files_in_place_and_counts_them(tmp_path: Path) -> Non
     outside = tmp_path / "outside.txt"
     outside.write_text("token=s3cret outside")
     root = tmp_path / "run"
-    (root / "sub").mkdir(parents=True)
-    (root / "sub" / "a.log").write_text("url https://u:pw@mirror/ and hunter2")
-    (root / "b.log").write_text("nothing to hide")
-    (root / "c.bin").write_bytes(b"\xff\xfe hunter2")
-    (root / "link").symlink_to(outside)
+    artifacts = root / "ansible" / "artifacts" / "00-preflight"
+    artifacts.mkdir(parents=True)
+    (artifacts / "stdout").write_text("url https://u:pw@mirror/ and hunter2")
+    (artifacts / "stderr").write_text("nothing to hide")
+    (root / "smoke").mkdir()
+    (root / "smoke" / "c.log").write_bytes(b"\xff\xfe hunter2")
+    (root / "smoke" / "link.log").symlink_to(outside)
     assert report_mod.redact_tree(root, {"hunter2"}) == 1
-    assert (root / "sub" / "a.log").read_text() == "url https://***@mirror/ and ***"
-    assert stat.S_IMODE((root / "sub" / "a.log").stat().st_mode) == 0o600
-    assert (root / "b.log").read_text() == "nothing to hide"
-    assert (root / "c.bin").read_bytes() == b"\xff\xfe hunter2"  # not text: left alone
+    assert (artifacts / "stdout").read_text() == "url https://***@mirror/ and ***"
+    assert stat.S_IMODE((artifacts / "stdout").stat().st_mode) == 0o600
+    assert (artifacts / "stderr").read_text() == "nothing to hide"
+    assert (root / "smoke" / "c.log").read_bytes() == b"\xff\xfe hunter2"  # not text
     assert outside.read_text() == "token=s3cret outside"  # a link is not followed
     assert report_mod.redact_tree(root, {"hunter2"}) == 0
 
