@@ -172,6 +172,68 @@ def test_every_exporter_is_up_and_health_arrives(cluster: Path, prometheus: str)
     assert all(r["metric"]["driver"] and r["metric"]["stack"] for r in stack), stack
 
 
+# Where each service answers, tried from inside the nodes (a TCP connect: "open" or the error).
+CONNECT = """
+import json, socket, sys
+out = {}
+for address, port in json.loads(sys.argv[1]):
+    try:
+        socket.create_connection((address, port), timeout=3).close()
+        out[f"{address}:{port}"] = "open"
+    except OSError as exc:
+        out[f"{address}:{port}"] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+def connect_from(node: str, *targets: tuple[str, int]) -> dict[str, str]:
+    done = node_exec(node, "python3", "-c", CONNECT, json.dumps(targets))
+    assert done.returncode == 0, f"{node}: {done.stderr}"
+    result: dict[str, str] = json.loads(done.stdout)
+    return result
+
+
+def listening_ports(node: str) -> set[int]:
+    lines = sh(node, "ss -ltnH").stdout.splitlines()
+    return {int(line.split()[3].rsplit(":", 1)[1]) for line in lines}
+
+
+def test_servers_and_exporters_listen_only_where_they_are_reached(cluster: Path) -> None:
+    """Alertmanager on the monitoring host's loopback alone (its API silences alerts), its
+    cluster gossip off; Prometheus on the host's cluster address; node_exporter and
+    dcgm-exporter on each node's cluster address, where Prometheus scrapes them, not on
+    loopback. The roles' verify measured the same on `up`; this proves it from another node."""
+    groups = hosts(cluster)
+    [monitor] = groups["monitoring"]
+    server = groups["cpu_nodes"][monitor]["ansible_host"]
+    gpu = sorted(groups["gpu_nodes"])[0]
+    node = groups["gpu_nodes"][gpu]["ansible_host"]
+
+    on_server = connect_from(monitor, ("127.0.0.1", 9093), (server, 9093), ("127.0.0.1", 9094),
+                             (server, 9094), ("127.0.0.1", PROMETHEUS_PORT),
+                             (server, PROMETHEUS_PORT), (server, 9100), (node, 9100),
+                             (node, 9400))
+    from_gpu_node = connect_from(gpu, (server, 9093), (server, 9094), (server, PROMETHEUS_PORT),
+                                 ("127.0.0.1", 9100), ("127.0.0.1", 9400), (node, 9400))
+    assert on_server == {
+        "127.0.0.1:9093": "open", f"{server}:9093": "ConnectionRefusedError",
+        "127.0.0.1:9094": "ConnectionRefusedError", f"{server}:9094": "ConnectionRefusedError",
+        f"127.0.0.1:{PROMETHEUS_PORT}": "ConnectionRefusedError",
+        f"{server}:{PROMETHEUS_PORT}": "open", f"{server}:9100": "open", f"{node}:9100": "open",
+        f"{node}:9400": "open"}, on_server
+    assert from_gpu_node == {
+        f"{server}:9093": "ConnectionRefusedError", f"{server}:9094": "ConnectionRefusedError",
+        f"{server}:{PROMETHEUS_PORT}": "open", "127.0.0.1:9100": "ConnectionRefusedError",
+        "127.0.0.1:9400": "ConnectionRefusedError", f"{node}:9400": "open"}, from_gpu_node
+    # No gossip socket on any address (Alertmanager's default cluster port).
+    assert 9094 not in listening_ports(monitor)
+    # Alertmanager's published URL is where Prometheus on the host reaches it.
+    with urllib.request.urlopen(f"http://{server}:{PROMETHEUS_PORT}/api/v1/alertmanagers",
+                                timeout=10) as r:
+        active = json.loads(r.read())["data"]["activeAlertmanagers"]
+    assert [a["url"] for a in active] == ["http://127.0.0.1:9093/api/v2/alerts"], active
+
+
 def test_provisioner_health_reports_every_gpu_node_healthy(cli: Cli, cluster: Path) -> None:
     out = cli("health", "--inventory", str(cluster), "--json")
     assert out.returncode == 0, out.stdout + out.stderr
