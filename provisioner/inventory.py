@@ -27,7 +27,8 @@ SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # Variables that belong to us: a host variable with one of these prefixes must be known.
 NAMESPACES = ("gpu_", "nvidia_", "cuda_", "cudnn_", "nccl_", "dcgm_", "rdma_", "smoke_",
-              "preflight_", "provisioner_", "fabric", "ib_", "ipoib_")
+              "preflight_", "provisioner_", "fabric", "ib_", "ipoib_", "monitoring_",
+              "node_health_", "slurm_", "munge_")
 
 # The contract variables that are not a single role's argument (DESIGN.md "inventory contract").
 CONTRACT: dict[str, dict[str, Any]] = {
@@ -44,6 +45,11 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                          "repository's index (Packages): where a driver "
                                          "override outside the matrix gets its package "
                                          "revisions (`provisioner stacks verify --index`)"},
+    "smoke_job_wheel_lock": {"type": "path",
+                             "description": "a site's reviewed lock of the smoke job's wheels "
+                                            "(python -m provisioner.wheellock), a file on the "
+                                            "controller, over the project's "
+                                            "(provisioner/data/wheels.lock.json)"},
     "allow_eol_driver": {"type": "bool",
                          "description": "allow a stack whose driver branch is past its end of "
                                         "life (stacks.yml driver_branches): one warning, "
@@ -53,6 +59,14 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                              "the simulated cluster (all hosts or none)"},
     "fabric": {"type": "str", "choices": ["infiniband", "roce", "ethernet"],
                "description": "the cluster network used by NCCL"},
+    # Read by playbooks/slurm.yml, not by one role.
+    "slurm_enabled": {"type": "bool",
+                      "description": "Slurm without a slurm_controller group: the first "
+                                     "cpu_nodes host runs slurmctld"},
+    "slurm_gpu_type": {"type": "str",
+                       "description": "the GRES type of the GPUs in slurm.conf, where the "
+                                      "short name of the profile's GPU model is not the one "
+                                      "NVML reports"},
     # Overrides of the stack's versions; each is checked by the stack rules (matrix/resolve.py).
     "nvidia_driver_version": {"type": "str", "description": "driver version override"},
     "nvidia_driver_module_flavor": {"type": "str", "choices": ["open", "proprietary"],
@@ -66,6 +80,23 @@ CONTRACT: dict[str, dict[str, Any]] = {
                                      "description": "fabric manager override (must equal the "
                                                     "driver)"},
 }
+
+# A host name goes into slurm.conf, systemd units and command lines as it is: a newline or a
+# space would add lines or arguments. What RFC 1123 allows, plus the underscore inside a part,
+# which Ansible and Slurm take (and inventories use) and which starts no option or new line.
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?\Z")
+_HOST_NAME_RULE = ("letters, digits, hyphens, underscores and dots; each dot-separated part "
+                   "1-63 characters, starting and ending with a letter or digit; 253 "
+                   "characters at most")
+
+
+def _host_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid host name, or None when it is."""
+    if len(name) > 253 or not all(
+            _HOST_LABEL.match(label) for label in name.split(".")):
+        return f"not a valid host name ({_HOST_NAME_RULE})"
+    return None
+
 
 @dataclass(frozen=True)
 class HostEntry:
@@ -152,20 +183,21 @@ def load(path: str | os.PathLike[str]) -> Inventory:
 YAML_SUFFIXES = (".yml", ".yaml", ".json")
 
 
-def _parse_events(text: str) -> None:
+def _parse_events(text: str, file: Path) -> None:
     """Parse ``text`` (no objects built): libyaml's parser where PyYAML has it (a 2,000-host
     inventory in 0.1 s instead of 1 s), PyYAML's own on an error, whose messages name the
-    offending character."""
+    offending character. Aliases that expand past the bound are refused here, before Ansible
+    would expand them."""
+    from provisioner.inventory_yaml import check_aliases
+
     fast = getattr(yaml, "CSafeLoader", None)
     if fast is not None:
         try:
-            for _event in yaml.parse(text, Loader=fast):
-                pass
+            check_aliases(yaml.parse(text, Loader=fast), file, len(text))
             return
         except yaml.YAMLError:
             pass
-    for _event in yaml.parse(text, Loader=yaml.SafeLoader):
-        pass
+    check_aliases(yaml.parse(text, Loader=yaml.SafeLoader), file, len(text))
 
 
 def _check_yaml_syntax(source: Path) -> None:
@@ -192,7 +224,7 @@ def _check_yaml_syntax(source: Path) -> None:
         if file.suffix not in YAML_SUFFIXES:
             continue
         try:
-            _parse_events(text)
+            _parse_events(text, file)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else str(file)
@@ -399,6 +431,10 @@ def _first_line(text: str) -> str:
 
 def _validate(inv: Inventory) -> None:
     where = f"inventory {inv.source}"
+    for name in inv.hosts:
+        problem = _host_name_problem(name)
+        if problem is not None:
+            raise InputError(f"{where}: host {name!r}: {problem}; rename it")
     if not inv.gpu_hosts:
         raise InputError(f"{where}: group gpu_nodes is missing or empty; put at least one "
                          "GPU host in it")

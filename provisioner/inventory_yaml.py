@@ -30,13 +30,21 @@ import configparser
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from provisioner.errors import InputError
+
 LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Aliases let a few hundred bytes stand for a billion values (the "billion laughs" document),
+# and whoever reads the data (this module, Ansible) walks every copy: minutes of CPU. What the
+# aliases of a file may add is bounded by its size, so the work stays linear in the file.
+ALIAS_VALUES_MIN = 100_000
+ALIAS_VALUES_PER_BYTE = 10
 
 SUFFIXES = (".yml", ".yaml", ".json")
 
@@ -66,7 +74,8 @@ class _NotPlain(Exception):
 def load(source: Path, environ: Mapping[str, str] | None = None,
          cwd: Path | None = None) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]] | None:
     """Host -> (its groups but ``all``, sorted; its variables as ``get_vars`` merges them,
-    the magic ones left out), or None when Ansible must read the file."""
+    the magic ones left out), or None when Ansible must read the file. InputError when the
+    file's aliases expand past the bound (``check_aliases``): no reader should expand it."""
     env = os.environ if environ is None else environ
     if not source.is_file() or source.suffix not in SUFFIXES or _settings_differ(env, cwd):
         return None
@@ -74,10 +83,54 @@ def load(source: Path, environ: Mapping[str, str] | None = None,
         return None
     try:
         text = source.read_bytes().decode("utf-8")
+        # An alias needs a "*": most inventories skip the second parse.
+        if source.suffix != ".json" and "*" in text:
+            check_aliases(yaml.parse(text, Loader=LOADER), source, len(text))
         data = _parse(text, json_file=source.suffix == ".json")
         return _Reader().read(data)
     except (_NotPlain, yaml.YAMLError, ValueError, OSError, RecursionError):
         return None
+
+
+def check_aliases(events: Iterable[Any], source: Path, size: int) -> None:
+    """Walk the parser's ``events`` of ``source`` (``size`` characters); InputError when its
+    aliases stand for more values than the bound allows, or for a value that holds itself.
+    Each anchored value's size (aliases within it expanded) is known when it ends, so the
+    count costs one pass, without building the data."""
+    limit = max(ALIAS_VALUES_MIN, ALIAS_VALUES_PER_BYTE * size)
+    sizes: dict[str, int] = {}
+    open_anchors: set[str] = set()
+    stack: list[list[Any]] = [[0, None]]  # [values so far, anchor] of each open collection
+    added = 0
+    for event in events:
+        if isinstance(event, yaml.AliasEvent):
+            alias = event.anchor or ""
+            if alias in open_anchors:
+                raise InputError(f"inventory {source}: the alias *{alias} is inside the value "
+                                 "it names (a value that holds itself); remove it")
+            count = sizes.get(alias, 1)  # an undefined alias: the parse refuses it
+            added += count
+            if added > limit:
+                raise InputError(f"inventory {source}: its YAML aliases expand to more than "
+                                 f"{limit:,} values (a 'billion laughs' document?); write the "
+                                 "values out or use fewer aliases")
+            stack[-1][0] += count
+        elif isinstance(event, yaml.CollectionStartEvent):
+            stack.append([1, event.anchor])
+            if event.anchor is not None:
+                open_anchors.add(event.anchor)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            count, anchor = stack.pop()
+            if anchor is not None:
+                sizes[anchor] = count
+                open_anchors.discard(anchor)
+            stack[-1][0] += count
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor is not None:
+                sizes[event.anchor] = 1
+            stack[-1][0] += 1
+        elif isinstance(event, yaml.DocumentEndEvent):
+            sizes.clear()  # anchors do not cross documents
 
 
 def _settings_differ(env: Mapping[str, str], cwd: Path | None) -> bool:

@@ -11,7 +11,8 @@ short_description: Write (or remove) a set of small text files in one round trip
 description:
   - Makes each file of O(files) exist with exactly the given content, mode, owner and group,
     writing only those that differ (atomically, through a temporary file in the same
-    directory), or makes it absent.
+    directory that has the file's final mode, owner and group before its first byte, so a
+    secret is never readable by others, not even for a moment), or makes it absent.
   - With O(dir), every file goes into that one directory (created with mode C(0755) and the
     given owner and group when missing) and is named by its plain file name. Without O(dir),
     every key of O(files) is an absolute path; a missing parent directory is created with mode
@@ -98,7 +99,11 @@ probe:
   type: dict
 """
 
+import contextlib
+import grp
 import os
+import pwd
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -131,9 +136,101 @@ def _temp_file(module, directory, name, content, path):
     return tmp
 
 
-def _write(module, path, content):
+def _final_mode(module, path, mode):
+    """The mode set_mode_if_different gives path: an octal string as it is, a symbolic one
+    applied to the file's mode now (a new file's: 0666 less the umask)."""
+    try:
+        return int(mode, 8)
+    except ValueError:
+        pass
+    try:
+        now = os.stat(path)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        now = os.stat_result((stat.S_IFREG | (0o666 & ~umask),) + (0,) * 9)
+    try:
+        return module._symbolic_mode_to_octal(now, mode)
+    except ValueError as exc:
+        module.fail_json(msg="file_set: %s: mode %r: %s" % (path, mode, exc))
+
+
+def _id(module, name, lookup, what):
+    """A user or group name (or number) as its id, or a one-line failure."""
+    try:
+        return int(name)
+    except ValueError:
+        pass
+    try:
+        return lookup(name)
+    except KeyError:
+        module.fail_json(msg="file_set: no %s %s on this host" % (what, name))
+
+
+def _owner_ids(module, path):
+    """(uid, gid, required) the new file gets: the given owner and group, else those of the
+    file it replaces (as atomic_move kept them), else -1 (the creator's, or a setgid
+    directory's group). required: whether a failed chown must fail the task."""
+    owner, group = module.params["owner"], module.params["group"]
+    try:
+        now = os.stat(path)
+    except OSError:
+        now = None
+    uid = (_id(module, owner, lambda n: pwd.getpwnam(n).pw_uid, "user") if owner is not None
+           else now.st_uid if now is not None else -1)
+    gid = (_id(module, group, lambda n: grp.getgrnam(n).gr_gid, "group") if group is not None
+           else now.st_gid if now is not None else -1)
+    return uid, gid, owner is not None or group is not None
+
+
+def _create_beside(directory, name, mode):
+    """A new, empty file in directory (O_EXCL: never an existing file or a link an attacker
+    placed) created with mode; (fd, path)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = os.path.join(directory, ".%s.%s" % (name, os.urandom(6).hex()))
+        try:
+            return os.open(tmp, flags, mode & 0o777), tmp
+        except FileExistsError:
+            continue
+
+
+def _write(module, path, content, mode):
+    """Replace path by a file holding content with the final owner, group and mode from
+    before its first byte: a secret written 0600 is readable by nobody else at any moment
+    (atomic_move would leave a new file 0644 until the chmod that follows it)."""
     directory, name = os.path.split(path)
-    module.atomic_move(_temp_file(module, directory, name, content, path), path)
+    final_mode = _final_mode(module, path, mode)
+    uid, gid, required = _owner_ids(module, path)
+    context = None
+    if module.selinux_enabled():
+        context = (module.selinux_context(path) if os.path.exists(path)
+                   else module.selinux_default_context(path))
+    try:
+        fd, tmp = _create_beside(directory, name, final_mode)
+    except OSError as exc:
+        module.fail_json(msg="cannot write %s: %s" % (path, exc))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if uid != -1 or gid != -1:
+                try:
+                    # Before the chmod: a chown clears the setuid and setgid bits.
+                    os.fchown(handle.fileno(), uid, gid)
+                except PermissionError:
+                    if required:
+                        raise
+            # The umask may have narrowed the mode open() gave; never widened it.
+            os.fchmod(handle.fileno(), final_mode)
+            handle.write(content.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        if context is not None:
+            module.set_context_if_different(tmp, context, False)
+        os.rename(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        module.fail_json(msg="cannot write %s: %s" % (path, exc))
 
 
 def _validate(module, path, content, validate):
@@ -269,7 +366,7 @@ def main():
             diffs.append({"before_header": path, "after_header": path,
                           "before": before or "", "after": content})
             if not module.check_mode:
-                _write(module, path, content)
+                _write(module, path, content, mode)
         attrs_changed = False
         if os.path.exists(path):
             attrs_changed = module.set_fs_attributes_if_different(
