@@ -57,7 +57,9 @@ def mixed_inventory(hosts: int) -> dict[str, Any]:
         racks[f"rack_{r // per_rack:03d}"] = {
             "hosts": rack, "vars": {"gpu_profile": profiles[(r // per_rack) % len(profiles)]}}
     return {"all": {
-        "vars": {"gpu_stack": "cuda-12.9", "fabric": "infiniband"},
+        # cuda-12.9: the newest CUDA every profile's GPUs run (Volta ends there); its R575
+        # branch is past its end of life, which a fleet keeping Volta nodes allows.
+        "vars": {"gpu_stack": "cuda-12.9", "fabric": "infiniband", "allow_eol_driver": True},
         "children": {
             "gpu_nodes": {"children": racks},
             "cpu_nodes": {"hosts": {f"login-{i}": {} for i in range(2)}},
