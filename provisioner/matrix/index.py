@@ -16,6 +16,7 @@ a problem reading the index is one ``InputError`` line naming the source.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import lzma
@@ -23,10 +24,10 @@ import re
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -260,14 +261,24 @@ def _nevra_matches(nevra: str, name: str, version: str) -> bool:
 # --------------------------------------------------------------------------- ordering
 
 
-def sort_key(kind: IndexKind) -> type[_DebVersion] | type[_RpmVersion]:
-    return _DebVersion if kind == "apt" else _RpmVersion
+def compare(kind: IndexKind, a: str, b: str) -> int:
+    """<0, 0, >0 as version ``a`` sorts before, with or after ``b``: dpkg's order for apt,
+    rpm's for dnf (epoch, then the upstream version, then the revision)."""
+    ea, ua, ra = _split_evr(a)
+    eb, ub, rb = _split_evr(b)
+    if ea != eb:
+        return ea - eb
+    part = _deb_cmp_part if kind == "apt" else _rpm_cmp_part
+    return part(ua, ub) or part(ra, rb)
+
+
+def sort_key(kind: IndexKind) -> Callable[[str], Any]:
+    return functools.cmp_to_key(lambda a, b: compare(kind, a, b))
 
 
 def newer(kind: IndexKind, a: str, b: str) -> bool:
     """Whether version ``a`` sorts after ``b`` as dpkg (apt) or rpm (dnf) orders them."""
-    key = sort_key(kind)
-    return key(a) > key(b)  # type: ignore[operator]
+    return compare(kind, a, b) > 0
 
 
 def _split_evr(version: str) -> tuple[int, str, str]:
@@ -343,42 +354,6 @@ def _rpm_cmp_part(a: str, b: str) -> int:
     if rest_b:
         return 1 if rest_b[0] == "~" else -1
     return 0
-
-
-class _DebVersion:
-    def __init__(self, version: str) -> None:
-        self.parts = _split_evr(version)
-
-    def _cmp(self, other: _DebVersion) -> int:
-        ea, ua, ra = self.parts
-        eb, ub, rb = other.parts
-        if ea != eb:
-            return int(ea - eb)
-        return _deb_cmp_part(ua, ub) or _deb_cmp_part(ra, rb)
-
-    def __lt__(self, other: _DebVersion) -> bool:
-        return self._cmp(other) < 0
-
-    def __gt__(self, other: _DebVersion) -> bool:
-        return self._cmp(other) > 0
-
-
-class _RpmVersion:
-    def __init__(self, version: str) -> None:
-        self.parts = _split_evr(version)
-
-    def _cmp(self, other: _RpmVersion) -> int:
-        ea, ua, ra = self.parts
-        eb, ub, rb = other.parts
-        if ea != eb:
-            return ea - eb
-        return _rpm_cmp_part(ua, ub) or _rpm_cmp_part(ra, rb)
-
-    def __lt__(self, other: _RpmVersion) -> bool:
-        return self._cmp(other) < 0
-
-    def __gt__(self, other: _RpmVersion) -> bool:
-        return self._cmp(other) > 0
 
 
 def versions_of_release(index: PackageIndex, names: Iterable[str], release: str) -> dict[str, str]:
