@@ -64,6 +64,9 @@ def redact_data(data: Any, secrets: Iterable[str] = ()) -> Any:
     return data
 
 
+SECRET_VARIABLES = ("monitoring_alert_webhook_url",)
+
+
 def secrets_in(values: Iterable[Any]) -> set[str]:
     """The literal secrets inside values (inventory variables): each URL's userinfo and each
     token parameter's value, so that they are masked even where they appear without their URL
@@ -74,6 +77,10 @@ def secrets_in(values: Iterable[Any]) -> set[str]:
         value = stack.pop()
         if isinstance(value, dict):
             stack.extend(value.values())
+            # Variables whose whole value is a credential (a Slack or PagerDuty webhook URL
+            # carries its secret in the path, not as userinfo or a token parameter).
+            found.update(str(value[name]) for name in SECRET_VARIABLES
+                         if isinstance(value.get(name), str) and value[name])
         elif isinstance(value, list | tuple):
             stack.extend(value)
         elif isinstance(value, str):

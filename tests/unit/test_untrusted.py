@@ -59,6 +59,15 @@ def test_secrets_in_finds_the_literal_passwords_and_redact_masks_them_anywhere()
         "k": ["x ***", ["***"]]}
 
 
+def test_a_webhook_url_is_a_secret_as_a_whole() -> None:
+    # A Slack or PagerDuty webhook's secret is its path: no userinfo, no token parameter.
+    hook = "https://hooks.slack.example/services/T000/B000/XXXXsecretXXXX"
+    found = secrets_in([{"monitoring_alert_webhook_url": hook, "other_url": "https://m/x"}])
+    assert hook in found and "https://m/x" not in found
+    assert redact_data({"note": f"posting to {hook} failed"}, found) == {
+        "note": "posting to *** failed"}
+
+
 def hostile_report() -> dict[str, object]:
     host = f"gpu-01{OSC}"
     return {
