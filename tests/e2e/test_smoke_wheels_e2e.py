@@ -1,8 +1,9 @@
-"""The smoke job's wheels are checked on the node against the reviewed lock's hashes, which the
-controller hands over the Ansible connection: a wheel swapped between the mirror and the node
+"""What the smoke job runs and writes as root on a node is its own. Its wheels are checked on the
+node against the reviewed lock's hashes, which the controller hands over the Ansible connection: a wheel swapped between the mirror and the node
 (`mirror-tampered-wheels`: every .whl served with its size but other bytes, as an attacker on
 the network path would) is refused by pip on the node, and the job does not run there. Healed,
-the same node installs the wheel and runs the job."""
+the same node installs the wheel and runs the job. A work directory another user made, or one
+with a link planted inside, is refused rather than taken over."""
 
 from __future__ import annotations
 
@@ -65,3 +66,27 @@ def test_a_wheel_swapped_on_the_way_is_refused_on_the_node(cli: Cli, healthy_clu
     out = cli("smoke", "--inventory", str(healthy_cluster), "--limit", NODE, timeout=1800)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
     assert node_sh(f"ls {VENV}/lib/python3*/site-packages | grep -ic '^filelock'").strip() != "0"
+
+
+WORK = "/var/tmp/gpuc-smoke"
+
+
+@pytest.mark.parametrize("planted", ["owner", "link"])
+def test_a_work_directory_not_roots_own_is_refused(cli: Cli, healthy_cluster: Path,
+                                                   runs_dir: Path, planted: str) -> None:
+    node_sh(f"rm -rf {WORK}.keep && mv {WORK} {WORK}.keep && mkdir {WORK}")
+    try:
+        if planted == "owner":
+            node_sh(f"chown nobody {WORK}")
+        else:
+            node_sh(f"ln -s /etc/shadow {WORK}/planted.json")
+        out = cli("smoke", "--inventory", str(healthy_cluster), "--limit", NODE, timeout=1800)
+        assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+        text = json.dumps(newest_report(runs_dir))
+        why = "owned by nobody" if planted == "owner" else f"holding links ({WORK}/planted.json)"
+        assert f"smoke_job_work_dir {WORK} is {why}" in text, text[-3000:]
+        # Not taken over: still as it was planted.
+        assert node_sh(f"stat -c %U {WORK}").strip() == ("nobody" if planted == "owner"
+                                                          else "root")
+    finally:
+        node_sh(f"rm -rf {WORK} && mv {WORK}.keep {WORK}")
