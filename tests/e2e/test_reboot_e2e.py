@@ -1,5 +1,5 @@
 """`up --reboot` reboots in batches, and a node that does not come back is reported while the
-others go on (issue 12, fault 5), on the shared simulated cluster:
+others go on (a node lost to its reboot), on the shared simulated cluster:
 
 - both GPU nodes run an older NVIDIA module than the installed driver (the driver was changed
   outside a reboot: what a node looks like after a driver upgrade the provisioner did not

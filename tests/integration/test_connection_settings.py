@@ -45,7 +45,7 @@ def test_the_reported_timeout_and_retries_are_ansibles_own(env: dict[str, str]) 
 
 
 def test_ansible_cfg_bounds_an_unreachable_node_to_ten_seconds() -> None:
-    """Issue 15's target: one unreachable node costs a phase at most 10 s on a data-centre
+    """The target: one unreachable node costs a phase at most 10 s on a data-centre
     network (it cost 3 attempts of 15 s before). The bench measures the real cost."""
     ours = connection_settings({}, environ={})
     assert ours["connect_timeout_from"] == "ansible.cfg [defaults] timeout"

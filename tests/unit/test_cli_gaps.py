@@ -934,7 +934,7 @@ def test_shell_completion_is_attached_by_destination() -> None:
     assert completer("provisioner up", "limit") is None
 
 
-# session 15's sample of survivors ------------------------------------------------------------
+# a mutation sample's survivors ----------------------------------------------------------------
 
 
 def test_console_output_is_not_highlighted_even_in_colour(

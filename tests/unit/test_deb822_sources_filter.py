@@ -11,7 +11,7 @@ from tests.unit.collection_module import load_plugin
 
 mod = load_plugin("filter", "deb822_sources")
 
-# Read back from a simulated node that ansible.builtin.deb822_repository configured (session 12's
+# Read back from a simulated node that ansible.builtin.deb822_repository configured (the nvidia_repo
 # role, before this filter): the same arguments must give the same bytes.
 WRITTEN_BY_DEB822_REPOSITORY = (
     "X-Repolib-Name: nvidia-container-toolkit\n"

@@ -1,4 +1,4 @@
-"""Version facts of issue 10 held by the matrix: Ubuntu driver revisions by release, the pinned
+"""Version facts held by the matrix: Ubuntu driver revisions by release, the pinned
 rhel9 key and dnf module streams, per-GPU minimum drivers, the CUDA 11.8 stack and Volta, and the
 fabric manager's prerequisites on fourth-generation NVSwitch systems."""
 

@@ -182,7 +182,7 @@ def test_a_missing_family_or_an_unsupported_release_is_refused(tmp_path: Path) -
 OS_TERNARY = re.compile(
     r"\bif\s+ansible_facts\[\s*['\"](os_family|distribution\w*|pkg_mgr)['\"]\s*\]"
     r"|\[\s*ansible_facts\[\s*['\"](os_family|distribution\w*)['\"]\s*\]\s*\]")
-# nvidia_repo and preflight get their OS data through the plan (issue 9, item 1); they join this
+# nvidia_repo and preflight get their OS data through the plan; they join this
 # check when that lands.
 NOT_YET = {"nvidia_repo", "preflight"}
 
