@@ -41,6 +41,8 @@ class RankInfo(_Model):
     device: str
     device_name: str = ""
     cuda_device_count: int = Field(ge=0)
+    # The user the rank ran as ("" from a job that does not say).
+    user: str = ""
 
 
 class AllReduceRow(_Model):

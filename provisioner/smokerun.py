@@ -346,6 +346,8 @@ def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | 
     return {
         "label": label, "host": host, "backend": parsed.backend,
         "world_size": parsed.world_size, "nnodes": parsed.nnodes, "nodes": parsed.nodes,
+        # Who the ranks ran as, as they said it (the role runs them as smoke_job_user).
+        "run_as": sorted({r.user for r in parsed.ranks if r.user}),
         "allreduce": [asdict(r) for r in verdict.rows],
         "ddp": parsed.ddp.model_dump() if parsed.ddp else None,
         "verdict": {"passed": verdict.passed, "summary": summary,

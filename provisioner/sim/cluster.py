@@ -45,7 +45,7 @@ from provisioner.sim.faults import (
 from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.packages import Mirror, build_mirror
-from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files
+from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
 from provisioner.sim.sysfs import write_ib_sysfs
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
@@ -792,6 +792,13 @@ def _write_inventory(cluster: SimCluster, mirror: Mirror) -> None:
             "monitoring_prometheus_version": releases["prometheus"],
             "monitoring_alertmanager_version": releases["alertmanager"],
             "node_health_node_exporter_version": releases["node_exporter"],
+            # The site's own sums of the tarballs it serves (the roles pin the project's).
+            "monitoring_prometheus_sha256": tarball_sha256(
+                mirror.root, "prometheus", releases["prometheus"]),
+            "monitoring_alertmanager_sha256": tarball_sha256(
+                mirror.root, "alertmanager", releases["alertmanager"]),
+            "node_health_node_exporter_sha256": tarball_sha256(
+                mirror.root, "node_exporter", releases["node_exporter"]),
         }
     else:
         os_vars = dict(SIM_SLURM_VARS)

@@ -152,18 +152,24 @@ def package_for(component: str, flavor: str | None, name: str, version: str,
 
 
 # NVIDIA publishes dcgm-exporter as a package-managed systemd service whose package version is
-# the exporter's ("Install DCGM Exporter", DCGM documentation); 4.8.3 is the exporter release a
-# public package index carries as dcgm-exporter 4.8.3 (built against DCGM 4.6.0). The monitoring
-# role installs the package by name, unpinned like a tool outside the stack matrix.
-DCGM_EXPORTER_VERSION = "4.8.3-1"
+# the exporter's ("Install DCGM Exporter", DCGM documentation): the package
+# datacenter-gpu-manager-exporter, its unit nvidia-dcgm-exporter.service running
+# `/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv` as root (NVIDIA/dcgm-exporter
+# at tag 4.5.2-4.8.1: packaging/config-files/systemd/nvidia-dcgm-exporter.service). 4.6.0-1 is a
+# version NVIDIA's ubuntu2404 index lists (Azure/AgentBaker's component list, read from that
+# index). The monitoring role installs the package by name, unpinned.
+DCGM_EXPORTER_PACKAGE = "datacenter-gpu-manager-exporter"
+DCGM_EXPORTER_VERSION = "4.6.0-1"
 
 
 def dcgm_exporter_package() -> SimPackage:
     up = _upstream(DCGM_EXPORTER_VERSION)
-    return SimPackage(name="dcgm-exporter", version=DCGM_EXPORTER_VERSION, files={
+    return SimPackage(name=DCGM_EXPORTER_PACKAGE, version=DCGM_EXPORTER_VERSION, files={
         "/usr/bin/dcgm-exporter": tool_script("dcgm_exporter", version=up),
-        "/lib/systemd/system/dcgm-exporter.service":
-            _unit("NVIDIA DCGM exporter", "/usr/bin/dcgm-exporter --address :9400"),
+        "/etc/dcgm-exporter/default-counters.csv": "# SIMULATED: the exporter's own list\n",
+        "/lib/systemd/system/nvidia-dcgm-exporter.service":
+            _unit("NVIDIA DCGM exporter", "/usr/bin/dcgm-exporter -f "
+                  "/etc/dcgm-exporter/default-counters.csv"),
     }, modes={"/usr/bin/dcgm-exporter": 0o755},
         description=f"NVIDIA DCGM exporter {up} (simulated)")
 

@@ -69,6 +69,14 @@ def tarball_name(project: str, version: str, arch: str = "amd64") -> str:
     return f"{project}-{version}.linux-{arch}.tar.gz"
 
 
+def tarball_sha256(mirror_root: Path, project: str, version: str) -> str:
+    """The SHA-256 of the tarball ``build_releases`` served for ``project`` ``version``: what
+    a site that builds (or checks once and mirrors) its own tarballs pins in its inventory. The
+    roles pin the project's real sums, which these builds cannot match."""
+    where = mirror_root / RELEASES_DIR / project / "releases" / "download" / f"v{version}"
+    return hashlib.sha256((where / tarball_name(project, version)).read_bytes()).hexdigest()
+
+
 def _run(args: list[str], cwd: Path | None = None) -> str:
     try:
         proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True,

@@ -90,3 +90,32 @@ def test_a_work_directory_not_roots_own_is_refused(cli: Cli, healthy_cluster: Pa
                                                           else "root")
     finally:
         node_sh(f"rm -rf {WORK} && mv {WORK}.keep {WORK}")
+
+
+USER = "gpuc-smoke"
+STRAY_PORT = 29555
+
+
+def test_the_job_runs_as_its_own_user_and_leaves_no_listener(cli: Cli, healthy_cluster: Path,
+                                                              runs_dir: Path) -> None:
+    # A crashed earlier job of the same user left a listener behind: the pass ends it first.
+    node_sh(f"id -u {USER} >/dev/null 2>&1 || useradd --system --no-create-home {USER}")
+    node_sh(f"runuser -u {USER} -- setsid python3 -c 'import socket, time; "
+            f"s = socket.socket(); s.bind((\"0.0.0.0\", {STRAY_PORT})); s.listen(); "
+            f"time.sleep(3600)' >/dev/null 2>&1 < /dev/null &")
+    assert f":{STRAY_PORT}" in node_sh(f"sleep 1; ss -Hltn 'sport = :{STRAY_PORT}'")
+    out = cli("smoke", "--inventory", str(healthy_cluster), "--limit", NODE, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    runs = newest_report(runs_dir)["smoke"]["runs"]
+    job = [run for run in runs if run.get("host") == NODE and "run_as" in run]
+    # Every rank said it ran as the job's user, not root.
+    assert job and all(run["run_as"] == [USER] for run in job), runs
+    # Its results are its own, in its own work directory; nothing of it runs any more, and
+    # the stray listener is gone.
+    owners = node_sh(f"stat -c '%U %a' {WORK}; stat -c %U {WORK}/*-intra.json | sort -u")
+    assert owners.split() == [USER, "750", USER], owners
+    assert node_sh(f"pgrep -u {USER} || true").strip() == ""
+    assert node_sh(f"ss -Hltn 'sport = :{STRAY_PORT}'").strip() == ""
+    # The venv and the job's script are root's: the job's user cannot change its own code.
+    assert node_sh(f"stat -c %U {VENV}/bin/python3 /opt/gpu-cluster-provisioner/smoke/gpuc_smoke.py"
+                   " | sort -u").split() == ["root"]

@@ -112,12 +112,12 @@ def test_alertmanager_args_switch_its_cluster_gossip_off() -> None:
 def test_the_dcgm_exporter_drop_in_replaces_the_command_line_with_the_address() -> None:
     v = monitoring(ansible_host="10.89.0.12")
     template = (MONITORING / "templates" / "etc" / "systemd" / "system"
-                / "dcgm-exporter.service.d" / "listen-address.conf.j2")
+                / "nvidia-dcgm-exporter.service.d" / "listen-address.conf.j2")
     lines = render(v, template.read_text()).splitlines()
     assert lines[lines.index("[Service]") + 1:] == [
         "ExecStart=", "ExecStart=/usr/bin/dcgm-exporter --address 10.89.0.12:9400"]
     assert render(v, "{{ __monitoring_dcgm_exporter_dropin }}") == \
-        "/etc/systemd/system/dcgm-exporter.service.d/listen-address.conf"
+        "/etc/systemd/system/nvidia-dcgm-exporter.service.d/listen-address.conf"
 
 
 @pytest.mark.parametrize(("pids", "bound"), [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -244,6 +245,12 @@ def test_slurm_only_where_the_os_repositories_carry_it_and_prometheus_from_relea
         spec=SimSpec(os=node_os), inventory_dir=tmp_path,
         addresses={"sim-login-1": "10.89.0.2", "sim-gpu-1": "10.89.0.3", "sim-gpu-2": "10.89.0.4"})
     releases = {"prometheus": "2.42.0", "alertmanager": "0.25.0", "node_exporter": "1.5.0"}
+    served = {}
+    for project, version in releases.items():
+        where = tmp_path / "prometheus-releases" / project / "releases" / "download" / f"v{version}"
+        where.mkdir(parents=True)
+        (where / f"{project}-{version}.linux-amd64.tar.gz").write_bytes(project.encode())
+        served[project] = hashlib.sha256(project.encode()).hexdigest()
     cluster_mod._write_inventory(cluster, Mirror(tmp_path, "A" * 40,
                                                  releases if node_os == "rocky9" else {}))
     data = yaml.safe_load((tmp_path / "hosts.yml").read_text())["all"]
@@ -257,6 +264,10 @@ def test_slurm_only_where_the_os_repositories_carry_it_and_prometheus_from_relea
         assert data["vars"]["monitoring_prometheus_version"] == "2.42.0"
         assert data["vars"]["monitoring_alertmanager_version"] == "0.25.0"
         assert data["vars"]["node_health_node_exporter_version"] == "1.5.0"
+        # The sums of the tarballs it serves, pinned in the inventory as a site pins its own.
+        assert data["vars"]["monitoring_prometheus_sha256"] == served["prometheus"]
+        assert data["vars"]["monitoring_alertmanager_sha256"] == served["alertmanager"]
+        assert data["vars"]["node_health_node_exporter_sha256"] == served["node_exporter"]
     else:
         assert "prometheus_releases_url" not in data["vars"]
     assert set(data["children"]["gpu_nodes"]["hosts"]) == {"sim-gpu-1", "sim-gpu-2"}

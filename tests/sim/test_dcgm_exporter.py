@@ -124,9 +124,10 @@ def test_serves_metrics_over_http(tmp_path: Path, bundled: Bundled) -> None:
 
 def test_the_mirror_carries_a_dcgm_exporter_package_with_its_unit() -> None:
     cuda, _ctk = all_packages(load_matrix())
-    [pkg] = [p for p in cuda if p.name == "dcgm-exporter"]
+    # NVIDIA's names: the package, and its unit (no address: the exporter's ":9400").
+    [pkg] = [p for p in cuda if p.name == "datacenter-gpu-manager-exporter"]
     assert pkg.version == DCGM_EXPORTER_VERSION
-    unit = str(pkg.files["/lib/systemd/system/dcgm-exporter.service"])
-    assert "ExecStart=/usr/bin/dcgm-exporter --address :9400" in unit
+    unit = str(pkg.files["/lib/systemd/system/nvidia-dcgm-exporter.service"])
+    assert "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv" in unit
     assert pkg.modes["/usr/bin/dcgm-exporter"] == 0o755
     assert bytes(pkg.files["/usr/bin/dcgm-exporter"]).startswith(b"#!/usr/bin/python3\n")

@@ -25,6 +25,7 @@ import gc
 import hashlib
 import json
 import os
+import pwd
 import re
 import socket
 import sys
@@ -236,6 +237,8 @@ class Smoke:
             "local_rank": self.local_rank,
             "node_rank": int(os.environ.get("GROUP_RANK", "0")),
             "hostname": self.hostname,
+            # Who the rank runs as (the role starts the job as its unprivileged user).
+            "user": pwd.getpwuid(os.geteuid()).pw_name,
             "device": str(self.device),
             "device_name": (torch.cuda.get_device_name(self.device)
                             if self.device.type == "cuda" else "cpu"),

@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import pwd
 import re
 import socket
 import subprocess
@@ -488,6 +489,7 @@ class Smoke:
             payloads[rid] = json.dumps({
                 "rank": rid, "local_rank": local, "node_rank": self.worker,
                 "hostname": self.hostname, "device": self.devices[local], "device_name": name,
+                "user": pwd.getpwuid(os.geteuid()).pw_name,
                 "cuda_device_count": len(self.gpus),
             }, sort_keys=True).encode()
         gathered = self.gather("gathering replica inventory", payloads)
