@@ -4,6 +4,7 @@ policy as the smoke job (provisioner.busbw) — here on the public captures."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -48,7 +49,9 @@ def run_role(tmp_path: Path, **extra: Any) -> tuple[int, dict[str, Any], str]:
     inventory.write_text(json.dumps({"all": {"hosts": {"gpu-a": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     (tmp_path / "play.yml").write_text(PLAY)
-    variables = {"smoke_job_wheelhouse_url": "http://127.0.0.1:1/", "smoke_job_dir":
+    # The role runs the job's commands as smoke_job_user through runuser: here, this user.
+    variables = {"smoke_job_user": getpass.getuser(),
+                 "smoke_job_wheelhouse_url": "http://127.0.0.1:1/", "smoke_job_dir":
                  str(tmp_path / "job"), "smoke_job_work_dir": str(tmp_path / "work"),
                  "smoke_job_expect_gpus_per_node": 8, "smoke_job_timeout_s": 30,
                  "out_file": str(tmp_path / "out.json"), **extra}
@@ -70,8 +73,21 @@ def script(path: Path, body: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def _tools() -> None:
-    if not BIN.exists() or shutil.which("timeout") is None:
-        pytest.skip("ansible-playbook or coreutils timeout not available")
+    if not BIN.exists() or shutil.which("timeout") is None or shutil.which("runuser") is None:
+        pytest.skip("ansible-playbook, coreutils timeout or util-linux runuser not available")
+    if os.geteuid() != 0:
+        pytest.skip("runuser runs as root only (the role runs as root on the nodes)")
+
+
+def test_a_version_without_a_pinned_sum_is_refused_before_any_download(tmp_path: Path) -> None:
+    cuda = tmp_path / "cuda"
+    script(cuda / "bin" / "nvcc", "exit 0\n")  # compiles: the build would go ahead
+    rc, _results, out = run_role(tmp_path, smoke_job_cuda_home=str(cuda),
+                                 smoke_job_nccl_tests_bin=str(tmp_path / "absent"),
+                                 smoke_job_nccl_tests_version="v9.9.9")
+    assert rc != 0, out
+    assert "no SHA-256 is pinned for nccl-tests v9.9.9 (the role pins v2.17.6)" in out, out[-3000:]
+    assert not list((tmp_path / "job").glob("nccl-tests-*"))  # nothing downloaded
 
 
 def test_build_skipped_with_the_reason_when_nvcc_cannot_compile(tmp_path: Path) -> None:
