@@ -9,8 +9,9 @@ DOCUMENTATION = r"""
 module: node_preflight
 short_description: Read-only preflight checks of a node before the NVIDIA stack is installed
 description:
-  - Measures OS, architecture, kernel headers, free disk, Secure Boot, NVIDIA PCI devices and
-    clock synchronisation in one round trip, and evaluates them against the given policy.
+  - Measures OS, architecture, kernel headers, free disk, Secure Boot, NVIDIA PCI devices,
+    clock synchronisation and host firewall filtering (firewalld's zones, nft's input chains,
+    iptables' INPUT chain) in one round trip, and evaluates them against the given policy.
   - Never changes the node.
 options:
   supported_os:
@@ -45,6 +46,12 @@ options:
     description: Secure Boot is acceptable (a MOK key is enrolled for module signing).
     type: bool
     default: false
+  cluster_ports:
+    description: What the cluster needs to reach on this node (C(slurmd 6818) ...), named in
+      the warning when a host firewall filters incoming traffic.
+    type: list
+    elements: str
+    default: []
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -82,7 +89,10 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     evaluate,
     failed,
     os_dir,
+    parse_firewalld_zones,
+    parse_iptables_input,
     parse_lspci_nvidia,
+    parse_nft_filtering,
 )
 
 _SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
@@ -174,6 +184,37 @@ def time_sync(module):
     return "unknown"
 
 
+def host_firewall(module):
+    """What filters incoming traffic: firewalld's active zones other than trusted, the nft
+    chains hooked on input with a drop policy or drop/reject rules, iptables' INPUT chain.
+    A tool that is not installed is not a firewall; one that cannot be read is named."""
+    filtering, unread = [], []
+    firewall_cmd = module.get_bin_path("firewall-cmd")
+    if firewall_cmd:
+        rc, out, _err = module.run_command([firewall_cmd, "--state"])
+        if rc == 0 and out.strip() == "running":
+            rc, out, _err = module.run_command([firewall_cmd, "--get-active-zones"])
+            if rc == 0:
+                filtering += ["firewalld zone " + z for z in parse_firewalld_zones(out)]
+            else:
+                unread.append("firewall-cmd --get-active-zones")
+    nft = module.get_bin_path("nft")
+    if nft:
+        rc, out, _err = module.run_command([nft, "list", "ruleset"])
+        if rc == 0:
+            filtering += ["nft " + line for line in parse_nft_filtering(out)]
+        else:
+            unread.append("nft list ruleset")
+    iptables = module.get_bin_path("iptables")
+    if iptables:
+        rc, out, _err = module.run_command([iptables, "-S", "INPUT"])
+        if rc == 0:
+            filtering += parse_iptables_input(out)
+        else:
+            unread.append("iptables -S INPUT")
+    return {"filtering": filtering, "unread": unread}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -184,6 +225,7 @@ def main():
             expected_gpu_count=dict(type="int"),
             expected_pci_ids=dict(type="list", elements="str", default=[]),
             secure_boot_ok=dict(type="bool", default=False),
+            cluster_ports=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -197,11 +239,13 @@ def main():
         "kernel": kernel, "kernel_headers": kernel_headers(module, kernel),
         "disk": disk(p["disk_paths"]), "secure_boot": secure_boot(),
         "pci_devices": devices, "pci_source": source, "time_sync": time_sync(module),
+        "host_firewall": host_firewall(module),
     }
     checks = evaluate(facts, {
         "supported_os": p["supported_os"], "min_free_gb": p["min_free_gb"],
         "expect_gpus": p["expect_gpus"], "expected_gpu_count": p["expected_gpu_count"],
         "expected_pci_ids": p["expected_pci_ids"], "secure_boot_ok": p["secure_boot_ok"],
+        "cluster_ports": p["cluster_ports"],
     })
     module.exit_json(changed=False, preflight=facts, checks=checks,
                      failed_checks=[c["name"] for c in failed(checks)])

@@ -149,7 +149,7 @@ def test_node_exporter_listens_on_the_nodes_cluster_address() -> None:
                      " __node_health_node_exporter_bound] }}") == [
         "10.89.0.11:9100", "10.89.0.11:9100", ["10.89.0.11:9100"]]
     tasks = yaml.safe_load((NODE_HEALTH / "tasks" / "configure.yml").read_text())
-    [task] = [t for t in tasks if "node_exporter" in t["name"]]
+    [task] = [t for t in tasks if "node_exporter" in t["name"] and "ansible.builtin.lineinfile" in t]
     assert render(v, task["ansible.builtin.lineinfile"]["line"]) == (
         'ARGS="--collector.textfile.directory=/var/lib/prometheus/node-exporter '
         '--web.listen-address=10.89.0.11:9100"')

@@ -131,3 +131,67 @@ def test_the_mirror_carries_a_dcgm_exporter_package_with_its_unit() -> None:
     assert "ExecStart=/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv" in unit
     assert pkg.modes["/usr/bin/dcgm-exporter"] == 0o755
     assert bytes(pkg.files["/usr/bin/dcgm-exporter"]).startswith(b"#!/usr/bin/python3\n")
+
+
+def test_web_config_file_serves_tls_and_asks_for_basic_auth(tmp_path: Path,
+                                                            bundled: Bundled) -> None:
+    """--web-config-file as the real exporter takes it: HTTPS with the given certificate, 401
+    without the user's password, the metrics with it."""
+    import base64
+    import json
+    import os
+    import shutil
+    import ssl
+    import warnings
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not available")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    exporter = bundled("dcgm_exporter", version="4.8.3")
+    root = node(tmp_path, gpus=1)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    hashed = crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    web = tmp_path / "web-config.yml"
+    web.write_text("# written by the monitoring role\n" + json.dumps({
+        "tls_server_config": {"cert_file": str(cert), "key_file": str(key)},
+        "basic_auth_users": {"scraper": hashed}}))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(exporter), "--address",
+                             f"127.0.0.1:{port}", "--web-config-file", str(web)],
+                            env={**os.environ, "GPU_SIM_ROOT": str(root)})
+    context = ssl.create_default_context(cafile=str(cert))
+
+    def get(login: str | None) -> int:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/metrics")
+        if login:
+            request.add_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=5, context=context) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                status = get(None)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert status == 401
+        assert get("scraper:wrong") == 401
+        assert get("scraper:s3cret") == 200
+        # Plain HTTP on the TLS port gets no metrics.
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3).read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

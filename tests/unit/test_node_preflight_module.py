@@ -199,7 +199,8 @@ def test_a_healthy_gpu_node_passes_and_reports_what_it_measured(
     assert {c["name"]: c["status"] for c in result["checks"]} == {
         "os_supported": "pass", "architecture": "pass", "kernel_headers": "pass",
         "free_disk:/": "pass", "free_disk:/var": "pass", "secure_boot": "pass",
-        "nvidia_pci_devices": "pass", "nvidia_pci_ids": "pass", "time_sync": "pass"}
+        "nvidia_pci_devices": "pass", "nvidia_pci_ids": "pass", "host_firewall": "pass",
+        "time_sync": "pass"}
     facts = result["preflight"]
     gpus = [{"slot": "18:00.0", "class": "0302", "device_id": "10de:2330", "kind": "gpu"},
             {"slot": "2a:00.0", "class": "0302", "device_id": "10de:2330", "kind": "gpu"}]
@@ -210,7 +211,8 @@ def test_a_healthy_gpu_node_passes_and_reports_what_it_measured(
         "secure_boot": "disabled",
         "pci_devices": [{"slot": "05:00.0", "class": "0680", "device_id": "10de:22a3",
                          "kind": "nvswitch"}, *gpus],
-        "pci_source": "lspci", "time_sync": "synchronized"}
+        "pci_source": "lspci", "time_sync": "synchronized",
+        "host_firewall": {"filtering": [], "unread": []}}
     assert node.commands == [LSPCI, VIRT, TIMEDATECTL]  # headers built: no package query
 
 

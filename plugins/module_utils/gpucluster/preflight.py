@@ -49,6 +49,70 @@ def os_dir(os_id, version_id):
     return os_id + major
 
 
+_NFT_TABLE = re.compile(r"^table\s+(\S+)\s+(\S+)\s*\{")
+_NFT_CHAIN = re.compile(r"^chain\s+(\S+)\s*\{")
+
+
+def parse_nft_filtering(ruleset):
+    """What filters incoming traffic in ``nft list ruleset``: for each chain hooked on input,
+    its drop policy and its drop/reject rules, as one line each ("inet filter input: policy
+    drop"). Rules that accept are not judged (what they let in is the operator's)."""
+    out = []
+    table = chain = None
+    hooked = False
+    for raw in (ruleset or "").splitlines():
+        line = raw.strip()
+        m = _NFT_TABLE.match(line)
+        if m:
+            table, chain, hooked = "%s %s" % (m.group(1), m.group(2)), None, False
+            continue
+        m = _NFT_CHAIN.match(line)
+        if m:
+            chain, hooked = m.group(1), False
+            continue
+        if chain is None:
+            continue
+        if "hook input" in line:
+            hooked = True
+            if re.search(r"\bpolicy\s+drop\b", line):
+                out.append("%s %s: policy drop" % (table, chain))
+            continue
+        if hooked and re.search(r"\b(drop|reject)\b", line) and not line.startswith("#"):
+            out.append("%s %s: %s" % (table, chain, line))
+    return out
+
+
+def parse_iptables_input(text):
+    """What filters incoming traffic in ``iptables -S INPUT``: a DROP policy and DROP/REJECT
+    rules, one line each."""
+    out = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line in ("-P INPUT DROP", "-P INPUT REJECT"):
+            out.append("iptables INPUT: policy " + line.split()[-1].lower())
+        elif line.startswith("-A INPUT") and re.search(r"-j (DROP|REJECT)\b", line):
+            out.append("iptables: " + line)
+    return out
+
+
+def parse_firewalld_zones(text):
+    """``firewall-cmd --get-active-zones``: the active zones other than ``trusted`` (which
+    lets everything in), each with what it applies to ("public (interfaces: eth0)")."""
+    out, zone, where = [], None, []
+    for line in (text or "").splitlines() + [""]:
+        if line and not line[0].isspace():
+            if zone and zone != "trusted":
+                out.append("%s (%s)" % (zone, "; ".join(where)) if where else zone)
+            zone, where = line.strip(), []
+        elif line.strip():
+            where.append(line.strip())
+        else:
+            if zone and zone != "trusted":
+                out.append("%s (%s)" % (zone, "; ".join(where)) if where else zone)
+            zone, where = None, []
+    return out
+
+
 def check(name, status, measured, expected, detail):
     return {"name": name, "status": status, "measured": measured, "expected": expected,
             "detail": detail}
@@ -111,6 +175,9 @@ def evaluate(facts, policy):
     if policy.get("expect_gpus"):
         checks.extend(_gpu_checks(facts, policy))
 
+    fw = facts.get("host_firewall")
+    if fw is not None:
+        checks.append(_firewall_check(fw, policy.get("cluster_ports") or []))
     ts = facts.get("time_sync")
     if ts in ("synchronized", "container"):
         detail = ("container: shares the host kernel clock" if ts == "container"
@@ -121,6 +188,25 @@ def evaluate(facts, policy):
                             "clock not synchronized: NCCL timeouts and logs across nodes will "
                             "disagree; enable chrony or systemd-timesyncd"))
     return checks
+
+
+def _firewall_check(fw, ports):
+    """A host firewall that filters incoming traffic is a warning, not a failure: it may let the
+    cluster's traffic in (the rules that accept are not judged), but when it does not, Slurm,
+    the multi-node smoke job and Prometheus' scrapes fail later and far from the cause."""
+    filtering = fw.get("filtering") or []
+    wanted = ", ".join(ports) if ports else "the cluster's ports"
+    if not filtering:
+        unread = fw.get("unread") or []
+        detail = "no host firewall filters incoming traffic" + (
+            " (not read: %s)" % ", ".join(unread) if unread else "")
+        return check("host_firewall", PASS, "none", "no filtering of the cluster's ports", detail)
+    return check("host_firewall", WARN, "; ".join(filtering), "no filtering of the cluster's ports",
+                 "a host firewall filters incoming traffic (%s): make sure it lets the cluster "
+                 "network reach %s, and NCCL's bootstrap and socket connections (ephemeral "
+                 "ports), or Slurm, the multi-node smoke job and Prometheus' scrapes fail; "
+                 "firewalld: firewall-cmd --permanent --zone=trusted --add-source=<cluster "
+                 "network> && firewall-cmd --reload" % ("; ".join(filtering), wanted))
 
 
 def _gpu_checks(facts, policy):

@@ -11,6 +11,12 @@ readings unless ``/var/lib/gpu-sim/gpu-load`` sets them, one line per GPU index 
 which is how tests drive GpuUtilizationHigh and friends. ``DCGM_FI_DEV_XID_ERRORS`` is the
 last Xid of the GPU in the node's kernel log. ``--once`` prints one scrape and exits.
 
+``--web-config-file`` takes the exporter toolkit's web configuration, as the real exporter does:
+``tls_server_config`` (``cert_file``, ``key_file``) serves HTTPS, ``basic_auth_users`` (name to
+bcrypt hash, checked with the node's libcrypt) answers 401 without a matching login. The users
+are read again for every request, as the toolkit does. JSON only (a YAML subset; the roles
+write JSON), ``#`` comment lines allowed.
+
 Installed as ``/usr/bin/dcgm-exporter`` by the simulated ``dcgm-exporter`` package, bundled
 with its version (see provisioner.sim.bundle). Standard library only.
 """
@@ -18,10 +24,15 @@ with its version (see provisioner.sim.bundle). Standard library only.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
+import ctypes
+import ctypes.util
 import http.server
+import json
 import re
 import socket
+import ssl
 import sys
 import time
 from typing import Any
@@ -140,8 +151,49 @@ def scrape() -> str:
     return "\n".join(out) + "\n"
 
 
+def read_web_config(path: str) -> dict[str, Any]:
+    """The web configuration file (JSON, ``#`` lines skipped); {} without one."""
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        text = "".join(line for line in fh if not line.lstrip().startswith("#"))
+    data = json.loads(text) if text.strip() else {}
+    return data if isinstance(data, dict) else {}
+
+
+def bcrypt_matches(password: str, hashed: str) -> bool:
+    """Whether ``password`` matches the bcrypt ``hashed``, by the C library's crypt(3)
+    (libxcrypt knows $2b$/$2y$/$2a$)."""
+    lib = ctypes.CDLL(ctypes.util.find_library("crypt") or "libcrypt.so.1")
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    out = lib.crypt(password.encode(), hashed.encode())
+    return bool(out) and out.decode() == hashed
+
+
+def authorized(header: str | None, users: dict[str, str]) -> bool:
+    if not users:
+        return True
+    if not header or not header.startswith("Basic "):
+        return False
+    try:
+        name, _sep, password = base64.b64decode(header[6:]).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return name in users and bcrypt_matches(password, str(users[name]))
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
+    web_config_file = ""
+
     def do_GET(self) -> None:
+        users = read_web_config(self.web_config_file).get("basic_auth_users") or {}
+        if not authorized(self.headers.get("Authorization"), users):
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="dcgm-exporter"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path.split("?")[0] != "/metrics":
             self.send_error(404, "only /metrics is served")
             return
@@ -162,6 +214,7 @@ def main(argv: list[str], version: str) -> int:
     parser.add_argument("-a", "--address", default=":9400")
     parser.add_argument("-v", "--version", action="store_true")
     parser.add_argument("--once", action="store_true", help="print one scrape and exit")
+    parser.add_argument("--web-config-file", default="")
     opts, _unknown = parser.parse_known_args(argv)  # accept the real exporter's other flags
     if opts.version:
         sys.stdout.write(f"dcgm-exporter version {version} (SIMULATED)\n")
@@ -178,7 +231,13 @@ def main(argv: list[str], version: str) -> int:
     class Server(http.server.ThreadingHTTPServer):
         address_family = family
 
+    Handler.web_config_file = opts.web_config_file
     server = Server((host.strip("[]") or "", int(port)), Handler)
+    tls = read_web_config(opts.web_config_file).get("tls_server_config") or {}
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls["cert_file"], tls["key_file"])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     return 0
