@@ -4,7 +4,8 @@ bcrypt-hashed user): after `up`, Prometheus, node_exporter and dcgm-exporter ans
 (the certificate checked against the CA), 401 without the user's password and their pages with
 it; Prometheus scrapes every exporter through them (every target up); the key, the scrape
 password and alertmanager.yml are readable by the services' group only. The settings are
-removed and the cluster converged back to plain HTTP at the end."""
+removed and the cluster converged back to plain HTTP at the end. The same run pins dcgm-exporter
+to the mirror's version (monitoring_dcgm_exporter_version): installed at it and held."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.sim.packages import DCGM_EXPORTER_PACKAGE, DCGM_EXPORTER_VERSION
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import FirstUp
 
@@ -78,7 +80,8 @@ def web(cli: Cli, sim_inventory: Path, first_up: FirstUp, runs_dir: Path,
     override.write_text(yaml.safe_dump({"all": {"vars": {
         "prometheus_web_tls_cert": pem["tls.crt"], "prometheus_web_tls_key": pem["tls.key"],
         "prometheus_web_tls_ca": pem["ca.crt"], "prometheus_web_users": {USER: bcrypt(PASSWORD)},
-        "prometheus_web_client_user": USER, "prometheus_web_client_password": PASSWORD}}}))
+        "prometheus_web_client_user": USER, "prometheus_web_client_password": PASSWORD,
+        "monitoring_dcgm_exporter_version": DCGM_EXPORTER_VERSION}}}))
     try:
         out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr
@@ -88,6 +91,9 @@ def web(cli: Cli, sim_inventory: Path, first_up: FirstUp, runs_dir: Path,
                "stdout": out.stdout}
     finally:
         override.unlink()
+        for node in groups["gpu_nodes"]:
+            subprocess.run(["podman", "exec", node, "apt-mark", "unhold", DCGM_EXPORTER_PACKAGE],
+                           capture_output=True, timeout=60, check=False)
         back = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
         assert back.returncode == 0, back.stdout[-3000:] + back.stderr
 
@@ -155,3 +161,16 @@ def test_the_secrets_are_for_the_services_group_only(web: dict[str, Any]) -> Non
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.split() == ["/etc/gpucluster-web/monitoring/client-password"], done.stdout
     assert PASSWORD not in json.dumps(web["report"])
+
+
+def test_dcgm_exporter_is_installed_at_the_pinned_version_and_held(web: dict[str, Any]) -> None:
+    for node in web["addresses"]:
+        if not node.startswith("sim-gpu"):
+            continue
+        done = subprocess.run(["podman", "exec", node, "dpkg-query", "-W", "-f", "${Version}",
+                               DCGM_EXPORTER_PACKAGE], capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.stdout == DCGM_EXPORTER_VERSION, done.stdout + done.stderr
+        held = subprocess.run(["podman", "exec", node, "apt-mark", "showhold"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert DCGM_EXPORTER_PACKAGE in held.stdout.split(), held.stdout

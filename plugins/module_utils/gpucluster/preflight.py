@@ -86,8 +86,8 @@ def parse_iptables_input(text):
     """What filters incoming traffic in ``iptables -S INPUT``: a DROP policy and DROP/REJECT
     rules, one line each."""
     out = []
-    for line in (text or "").splitlines():
-        line = line.strip()
+    for raw in (text or "").splitlines():
+        line = raw.strip()
         if line in ("-P INPUT DROP", "-P INPUT REJECT"):
             out.append("iptables INPUT: policy " + line.split()[-1].lower())
         elif line.startswith("-A INPUT") and re.search(r"-j (DROP|REJECT)\b", line):
