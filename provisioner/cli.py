@@ -328,6 +328,20 @@ def build_parser() -> argparse.ArgumentParser:
     hlt.add_argument("--timeout", type=_seconds, default=300, help="run timeout (s)")
     _json_option(hlt, "every node's verdict")
 
+    cert = sub.add_parser("certify", help="measure the network between pairs of nodes (TCP "
+                          "both ways at once, rounds of disjoint pairs) and name the node or "
+                          "link that is slow in every pair it is in; read-only unless --drain; "
+                          "exit 1 when there is a suspect")
+    cert.add_argument("--inventory", "-i", required=True)
+    cert.add_argument("--drain", action="store_true",
+                      help="with Slurm: drain each suspect node, the check as the reason")
+    cert.add_argument("--margin", type=float, default=10.0, metavar="PERCENT",
+                      help="how far below the fleet's median best pair a node or link is a "
+                           "suspect (default 10)")
+    cert.add_argument("--seconds", type=_seconds, default=4,
+                      help="how long each pair sends (default 4)")
+    _json_option(cert, "the certify section of the run's report")
+
     plan = sub.add_parser("plan", help="validate the inventory and show the resolved stack "
                           "per host (no host contact)")
     plan.add_argument("--inventory", "-i", required=True)
@@ -479,6 +493,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _smoke(args)
     if args.command == "health":
         return _health(args)
+    if args.command == "certify":
+        return _certify(args)
     if args.command == "export":
         return _export(args)
     if args.command == "report":
@@ -897,6 +913,39 @@ def _health(args: argparse.Namespace) -> int:
              "detail": n.detail or "-"} for n in summary.nodes])
         console.print(f"worst: {health.STATUS_NAMES[summary.worst]} (exit {summary.worst})")
     return summary.worst
+
+
+def _certify(args: argparse.Namespace) -> int:
+    from provisioner import certify, render
+
+    cp = _build(args.inventory)
+    if cp.simulated:
+        render.simulated_banner(_chatter(args))
+    with _display_factory(args)("certify (certify.yml)") as progress:
+        done = certify.run(cp, drain=args.drain, margin=args.margin / 100,
+                           seconds=args.seconds, on_progress=progress)
+    section = done.report.certify or {}
+    if args.json:
+        print(render.as_json({"run_id": done.report.run_id, "simulated": cp.simulated,
+                              "exit_code": done.report.exit_code, **section}))
+        return done.report.exit_code
+    render.rows_table(console, f"pairs, TCP both ways at once (run {done.report.run_id})", [
+        {"round": str(p.round), "pair": f"{p.a} <-> {p.b}",
+         "Gbit/s": f"{p.gbps:.3g}" if p.gbps is not None else "-",
+         "detail": p.error or "-"} for p in done.pairs])
+    reference = done.verdict.reference_gbps
+    console.print(f"reference (median of each node's best pair): "
+                  f"{reference:.3g} Gbit/s" if reference is not None else
+                  "reference: nothing was measured")
+    for s in done.verdict.suspects:
+        console.print(f"SUSPECT {s.host} ({s.component}): {s.check} {s.measured} Gbit/s "
+                      f"< {s.expected} Gbit/s; evidence: {'; '.join(s.evidence)}")
+    for node, reason in done.drained.items():
+        console.print(f"drained {node} in Slurm: {reason}")
+    if not done.verdict.suspects:
+        console.print("no suspect: every node has a pair at the reference")
+    console.print(f"report: {done.run_dir / 'report.json'}")
+    return done.report.exit_code
 
 
 def _smoke(args: argparse.Namespace) -> int:

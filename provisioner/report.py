@@ -182,6 +182,8 @@ class Report:
     phases: list[Phase] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     smoke: dict[str, Any] | None = None
+    # `provisioner certify`: the pairs, the reference, the suspects (provisioner/certify.py).
+    certify: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     # Hosts whose SSH host key is not checked (inventory says so): the console says it too.
     host_key_checking_off: list[str] = field(default_factory=list)

@@ -32,12 +32,14 @@ from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import (
     KERNEL_FILES,
     MIRROR_FAULTS,
+    NET_SLOW_RATE,
     fault_file_text,
     for_node,
     has_fault,
     kernel_files,
     kernel_log,
     mirror_fault_text,
+    net_slow_script,
     newer_kernel,
     parse_faults,
     validate,
@@ -208,6 +210,7 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
             # Healed of reboot-no-return after it struck: its sshd starts, as from the console.
             script += (f"; if [ -e {NO_SSH_FLAG} ]; then rm -f {NO_SSH_FLAG} && "
                        "systemctl start ssh.service; fi")
+        script += "; " + net_slow_script(parse_faults(faults))
         podman.run(["exec", name, "sh", "-c", script])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
         say(f"{name}: faults now {', '.join(faults) if faults else 'none'}")
@@ -278,6 +281,11 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
     (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
     _wait_for_ssh(cluster.addresses, say)
+    for name, group in spec.node_names():
+        slow = parse_faults(for_node(name, spec.faults)) if group == "gpu_nodes" else []
+        if has_fault(slow, "net-slow"):
+            podman.run(["exec", name, "sh", "-c", net_slow_script(slow)])
+            say(f"{name}: network slowed ({NET_SLOW_RATE})")
     _install_kernel_packages(spec, kernel, say)
     _write_inventory(cluster, mirror)
     return cluster

@@ -38,6 +38,18 @@ MIRROR_FAULTS = "/etc/gpu-sim-mirror/faults"
 # What the kernel faults put on the node (K2: newer_kernel of the running one), and what a node
 # without them must not have.
 KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K2")
+# What net-slow changes: the root queueing discipline of the node's interface, a token bucket.
+NET_SLOW_DEVICE = "eth0"
+NET_SLOW_RATE = "200mbit"
+
+
+def net_slow_script(faults: Iterable[Fault]) -> str:
+    """The shell that gives the node's interface the token bucket of net-slow, or takes it
+    away (a healed node sends at the network's own speed)."""
+    if has_fault(list(faults), "net-slow"):
+        return (f"tc qdisc replace dev {NET_SLOW_DEVICE} root tbf rate {NET_SLOW_RATE} "
+                "burst 256kb latency 100ms")
+    return f"tc qdisc del dev {NET_SLOW_DEVICE} root 2>/dev/null || true"
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("kernel-newer-no-headers", "kernel-newer-no-headers", r"kernel-newer-no-headers",
               "node", "a newer kernel is installed (not booted) without its headers, which no "
               "repository offers", KERNEL_FILES, ("dkms",)),
+    # A slow network, slowed for real: tc's token bucket on the node's interface, so every
+    # transfer from the node (the pairs of `provisioner certify`, gloo, SSH) measures it.
+    FaultKind("net-slow", "net-slow", r"net-slow", "node",
+              f"the node's network is slow: its eth0 sends at most {NET_SLOW_RATE} (tc tbf "
+              "qdisc on the interface), so every transfer from it is slow in fact",
+              (NET_SLOW_DEVICE,), ("every transfer from the node",)),
     # The cluster's, not a node's: an overloaded mirror or caching proxy. The count is per file,
     # so a client that retries gets the file on try N+1; a large N is a mirror that stays down.
     FaultKind("mirror-503", "mirror-503xN", r"mirror-503x(?P<count>\d+)", "mirror",

@@ -49,6 +49,7 @@ EXAMPLES = {
     "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
+    "net-slow": ("net-slow", {}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
     "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
 }

@@ -1,0 +1,248 @@
+"""`provisioner certify`: name the node (or the link) that slows the cluster's network.
+
+Every node of the inventory (GPU nodes, and CPU nodes such as a login node, which serve as
+reference peers) is measured against two others: the nodes in a ring, each ring edge a pair,
+the edges split into rounds of disjoint pairs (two rounds for an even count, three for an odd
+one), every pair of a round at once. A pair sends TCP both ways at once for a few seconds
+(roles/certify/files/gpuc_pairbw.py); its figure is the slower direction.
+
+Judging (one place, here): a node's figure is its best pair. The reference is the median of
+the nodes' figures, so one bad node (or a few) cannot drag it. A node whose best pair is more
+than MARGIN below the reference was slow with every partner: it is the suspect. A pair more
+than MARGIN below the reference whose two nodes each have a pair at the reference is a suspect
+link. With two nodes there is one pair: a slow one names the link, never a node (nothing
+points at either). A pair that measured nothing (a partner that never came) implicates its
+nodes like a slow one.
+
+The figures are TCP over the nodes' cluster addresses (ansible_host): what the Slurm daemons,
+the smoke job's rendezvous, NCCL's bootstrap and gloo use. They are not NCCL's GPU bandwidth.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from provisioner.errors import InputError
+from provisioner.plan import ClusterPlan
+from provisioner.report import Check, Report, new_run_id, runs_dir
+from provisioner.results import PlaybookResult, ProgressCallback
+from provisioner.runner import run_playbook
+
+PLAYBOOK = "certify.yml"
+DRAIN_PLAYBOOK = "certify_drain.yml"
+CHECK = "pair_tcp_bw"
+# A node (or link) more than this far below the reference is a suspect.
+MARGIN = 0.10
+SECONDS = 4
+PORT = 29599
+
+
+@dataclass(frozen=True)
+class PairResult:
+    a: str
+    b: str
+    round: int
+    # Gbit/s each side received (the other's egress); None: that side measured nothing.
+    a_rx_gbps: float | None
+    b_rx_gbps: float | None
+    error: str = ""
+
+    @property
+    def gbps(self) -> float | None:
+        """The pair's figure: its slower direction (None when a side measured nothing)."""
+        if self.a_rx_gbps is None or self.b_rx_gbps is None:
+            return None
+        return min(self.a_rx_gbps, self.b_rx_gbps)
+
+
+@dataclass(frozen=True)
+class Suspect:
+    host: str
+    component: str
+    check: str
+    measured: float | None
+    expected: float
+    evidence: list[str]
+
+
+@dataclass
+class Verdict:
+    reference_gbps: float | None
+    margin: float
+    node_gbps: dict[str, float | None]
+    suspects: list[Suspect] = field(default_factory=list)
+
+
+def ring_rounds(hosts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """The ring's edges (host i with host i+1, the last with the first) in rounds of disjoint
+    pairs: even edges, then odd ones, then (odd count) the closing edge alone. Two hosts: one
+    pair; fewer: none."""
+    n = len(hosts)
+    if n < 2:
+        return []
+    if n == 2:
+        return [[(hosts[0], hosts[1])]]
+    edges = [(hosts[i], hosts[(i + 1) % n]) for i in range(n)]
+    if n % 2 == 0:
+        return [edges[0::2], edges[1::2]]
+    return [edges[0:n - 1:2], edges[1:n - 1:2], [edges[n - 1]]]
+
+
+def round_vars(rounds: Sequence[Sequence[tuple[str, str]]],
+               addresses: Mapping[str, str]) -> list[dict[str, dict[str, Any]]]:
+    """certify_rounds for the role: each host of a round with its partner; the pair's first
+    host listens."""
+    out = []
+    for pairs in rounds:
+        entry: dict[str, dict[str, Any]] = {}
+        for a, b in pairs:
+            entry[a] = {"peer": b, "address": addresses[a], "peer_address": addresses[b],
+                        "listen": True}
+            entry[b] = {"peer": a, "address": addresses[b], "peer_address": addresses[a],
+                        "listen": False}
+        out.append(entry)
+    return out
+
+
+def pair_results(rounds: Sequence[Sequence[tuple[str, str]]],
+                 reports: Mapping[str, Mapping[str, Any]]) -> list[PairResult]:
+    """Each planned pair with what its two sides published (certify_report.pairs)."""
+
+    def side(host: str, peer: str, number: int) -> tuple[float | None, str]:
+        for entry in ((reports.get(host) or {}).get("certify") or {}).get("pairs") or []:
+            if entry.get("round") == number and entry.get("peer") == peer:
+                result = entry.get("result") or {}
+                if entry.get("rc") == 0 and isinstance(result.get("rx_gbps"), (int, float)):
+                    return float(result["rx_gbps"]), ""
+                return None, f"{host}: {result.get('error') or 'exit ' + str(entry.get('rc'))}"
+        return None, f"{host}: no result (the node did not run its side)"
+
+    out = []
+    for number, pairs in enumerate(rounds, start=1):
+        for a, b in pairs:
+            a_rx, a_err = side(a, b, number)
+            b_rx, b_err = side(b, a, number)
+            out.append(PairResult(a, b, number, a_rx, b_rx, "; ".join(e for e in (a_err, b_err)
+                                                                        if e)))
+    return out
+
+
+def _describe(pair: PairResult) -> str:
+    figure = f"{pair.gbps:.3g} Gbit/s" if pair.gbps is not None else f"nothing ({pair.error})"
+    return f"{pair.a}<->{pair.b}: {figure}"
+
+
+def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
+    """Suspect nodes and links from the pairs (see the module's description)."""
+    hosts = sorted({h for p in pairs for h in (p.a, p.b)})
+    mine = {h: [p for p in pairs if h in (p.a, p.b)] for h in hosts}
+    node_gbps: dict[str, float | None] = {
+        h: max((p.gbps for p in mine[h] if p.gbps is not None), default=None) for h in hosts}
+    figures = [g for g in node_gbps.values() if g is not None]
+    reference = statistics.median(figures) if figures else None
+    verdict = Verdict(reference, margin, node_gbps)
+    if reference is None:
+        # Nothing measured anywhere: every pair is evidence against both its nodes alike.
+        for p in pairs:
+            verdict.suspects.append(Suspect(f"{p.a}-{p.b}", f"link:{p.a}-{p.b}", CHECK, None,
+                                            0.0, [_describe(p)]))
+        return verdict
+    floor = reference * (1 - margin)
+
+    def slow(p: PairResult) -> bool:
+        return p.gbps is None or p.gbps < floor
+
+    suspects = set()
+    if len(hosts) > 2:
+        for h in hosts:
+            if all(slow(p) for p in mine[h]):
+                suspects.add(h)
+                verdict.suspects.append(Suspect(
+                    h, "node", CHECK, node_gbps[h], round(floor, 4),
+                    [_describe(p) for p in mine[h]]))
+    for p in pairs:
+        if slow(p) and p.a not in suspects and p.b not in suspects:
+            verdict.suspects.append(Suspect(
+                f"{p.a}-{p.b}", f"link:{p.a}-{p.b}", CHECK, p.gbps, round(floor, 4),
+                [_describe(p)] + [_describe(q) for q in pairs
+                                  if q is not p and (p.a in (q.a, q.b) or p.b in (q.a, q.b))]))
+    return verdict
+
+
+@dataclass
+class CertifyRun:
+    report: Report
+    run_dir: Path
+    verdict: Verdict
+    pairs: list[PairResult]
+    drained: dict[str, str] = field(default_factory=dict)
+
+
+def _addresses(plan: ClusterPlan) -> dict[str, str]:
+    return {name: str(entry.connection.get("ansible_host") or name)
+            for name, entry in plan.inventory.hosts.items()}
+
+
+def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
+        seconds: int = SECONDS, on_progress: ProgressCallback | None = None,
+        timeout_s: int = 900) -> CertifyRun:
+    hosts = sorted(plan.hosts)
+    if len(hosts) < 2:
+        raise InputError("certify: the inventory has one node; pairs need at least two")
+    if not 0 < margin < 1:
+        raise InputError(f"certify: --margin must be between 0 and 100 percent, not "
+                         f"{margin * 100:g}")
+    run_id = new_run_id()
+    run_dir = runs_dir() / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(run_id=run_id, command="certify", inventory=str(plan.inventory.source),
+                    simulated=plan.simulated,
+                    started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    rounds = ring_rounds(hosts)
+    extravars = {"certify_rounds": round_vars(rounds, _addresses(plan)),
+                 "certify_seconds": seconds, "certify_port": PORT,
+                 "certify_hosts": ":".join(hosts)}
+    result: PlaybookResult = run_playbook(PLAYBOOK, [plan.inventory.source], run_dir,
+                                          "00-certify", extravars=extravars,
+                                          timeout=timeout_s, on_progress=on_progress)
+    report.add_phase("certify", result)
+    pairs = pair_results(rounds, result.reports)
+    verdict = judge(pairs, margin)
+    for s in verdict.suspects:
+        report.checks.append(Check(
+            host=s.host, phase="certify", name=f"{s.check}:{s.component}", status="fail",
+            measured=s.measured, expected=s.expected,
+            detail=(f"{s.component} below {(1 - margin) * 100:g}% of the fleet's median best "
+                    f"pair ({verdict.reference_gbps} Gbit/s, TCP both ways at once, "
+                    f"{seconds} s): " + "; ".join(s.evidence))))
+    drained = run_drain(plan, run_dir, verdict) if drain else {}
+    report.certify = {
+        "check": CHECK, "margin": margin, "seconds": seconds,
+        "reference_gbps": verdict.reference_gbps, "node_gbps": verdict.node_gbps,
+        "pairs": [{**asdict(p), "gbps": p.gbps} for p in pairs],
+        "suspects": [asdict(s) for s in verdict.suspects],
+        "drained": drained,
+    }
+    code = 1 if verdict.suspects or not result.ok else 0
+    report.finish(code)
+    report.save(run_dir)
+    return CertifyRun(report, run_dir, verdict, pairs, drained)
+
+
+def run_drain(plan: ClusterPlan, run_dir: Path, verdict: Verdict) -> dict[str, str]:
+    """Drain the suspect nodes in Slurm with the check as the reason; {} without Slurm."""
+    groups = {g for e in plan.inventory.hosts.values() for g in e.groups}
+    nodes = {s.host: (f"gpuc certify {s.check}: best pair {s.measured} Gbit/s < "
+                      f"{s.expected} Gbit/s")
+             for s in verdict.suspects if s.component == "node"
+             and s.host in plan.hosts and plan.hosts[s.host].kind == "gpu"}
+    if not nodes or "slurm_controller" not in groups:
+        return {}
+    result = run_playbook(DRAIN_PLAYBOOK, [plan.inventory.source], run_dir, "01-drain",
+                          extravars={"certify_drain": nodes}, timeout=300)
+    return nodes if result.ok else {}

@@ -1,0 +1,103 @@
+"""certify's rounds and judgement (provisioner/certify.py): every node in two pairs of a ring,
+pairs of a round disjoint; a node slow with every partner is the suspect, a pair slow between
+two nodes that are fine elsewhere is a suspect link, a lone slow pair of two nodes names the
+link and no node; what a side published is matched to its planned pair."""
+
+from __future__ import annotations
+
+import pytest
+
+from provisioner.certify import PairResult, judge, pair_results, ring_rounds, round_vars
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 64])
+def test_every_node_is_in_two_pairs_and_a_round_never_uses_a_node_twice(n: int) -> None:
+    hosts = [f"h{i:02d}" for i in range(n)]
+    rounds = ring_rounds(hosts)
+    assert len(rounds) == (1 if n == 2 else 2 if n % 2 == 0 else 3)
+    for pairs in rounds:
+        used = [h for pair in pairs for h in pair]
+        assert len(used) == len(set(used))
+    edges = [pair for pairs in rounds for pair in pairs]
+    for h in hosts:
+        partners = {b if a == h else a for a, b in edges if h in (a, b)}
+        assert len(partners) == (1 if n == 2 else 2), (h, partners)
+
+
+def test_round_vars_pair_each_host_with_its_partner() -> None:
+    rounds = ring_rounds(["a", "b", "c"])
+    got = round_vars(rounds, {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3"})
+    assert got[0] == {
+        "a": {"peer": "b", "address": "10.0.0.1", "peer_address": "10.0.0.2", "listen": True},
+        "b": {"peer": "a", "address": "10.0.0.2", "peer_address": "10.0.0.1", "listen": False}}
+    assert [sorted(r) for r in got] == [["a", "b"], ["b", "c"], ["a", "c"]]
+
+
+def pair(a: str, b: str, gbps: float | None, number: int = 1) -> PairResult:
+    return PairResult(a, b, number, gbps, gbps, "" if gbps is not None else "a: no result")
+
+
+def test_the_node_slow_with_every_partner_is_the_only_suspect() -> None:
+    # The default simulated cluster: two GPU nodes and a login node; sim-gpu-1 throttled.
+    pairs = [pair("sim-gpu-1", "sim-gpu-2", 0.19), pair("sim-gpu-2", "sim-login-1", 9.8, 2),
+             pair("sim-gpu-1", "sim-login-1", 0.2, 3)]
+    verdict = judge(pairs)
+    assert [(s.host, s.component) for s in verdict.suspects] == [("sim-gpu-1", "node")]
+    [suspect] = verdict.suspects
+    assert suspect.measured == 0.2 and suspect.expected == pytest.approx(9.8 * 0.9)
+    assert suspect.evidence == ["sim-gpu-1<->sim-gpu-2: 0.19 Gbit/s",
+                                "sim-gpu-1<->sim-login-1: 0.2 Gbit/s"]
+
+
+def test_a_healthy_fleet_within_the_margin_has_no_suspect() -> None:
+    hosts = [f"n{i}" for i in range(6)]
+    figures = [10.0, 9.5, 9.9, 10.2, 9.3, 9.8]
+    pairs = [pair(hosts[i], hosts[(i + 1) % 6], figures[i]) for i in range(6)]
+    assert judge(pairs).suspects == []
+
+
+def test_a_slow_link_between_two_good_nodes_is_named_as_the_link() -> None:
+    hosts = [f"n{i}" for i in range(6)]
+    figures = [10.0, 10.0, 3.0, 10.0, 10.0, 10.0]  # n2<->n3 only
+    pairs = [pair(hosts[i], hosts[(i + 1) % 6], figures[i]) for i in range(6)]
+    verdict = judge(pairs)
+    assert [(s.host, s.component) for s in verdict.suspects] == [("n2-n3", "link:n2-n3")]
+
+
+def test_a_node_no_partner_reached_is_a_suspect() -> None:
+    pairs = [pair("a", "b", 10.0), pair("b", "c", None, 2), pair("a", "c", None, 3)]
+    verdict = judge(pairs)
+    assert [(s.host, s.component) for s in verdict.suspects] == [("c", "node")]
+    assert verdict.suspects[0].measured is None
+
+
+def test_two_nodes_name_the_link_never_a_node() -> None:
+    verdict = judge([pair("a", "b", 10.0)])
+    assert verdict.suspects == []
+    assert judge([pair("a", "b", None)]).suspects[0].component == "link:a-b"
+
+
+def test_the_margin_is_where_the_line_is() -> None:
+    pairs = [pair("a", "b", 10.0), pair("b", "c", 10.0, 2), pair("a", "c", 8.5, 3)]
+    assert judge(pairs, margin=0.10).suspects[0].component == "link:a-c"
+    assert judge(pairs, margin=0.20).suspects == []
+
+
+def test_what_each_side_published_is_matched_to_its_planned_pair() -> None:
+    rounds = ring_rounds(["a", "b", "c"])
+    reports = {
+        "a": {"certify": {"pairs": [
+            {"round": 1, "peer": "b", "rc": 0, "result": {"rx_gbps": 9.0}},
+            {"round": 3, "peer": "c", "rc": 1, "result": {"error": "TimeoutError: timed out"}}]}},
+        "b": {"certify": {"pairs": [
+            {"round": 1, "peer": "a", "rc": 0, "result": {"rx_gbps": 8.0}},
+            {"round": 2, "peer": "c", "rc": 0, "result": {"rx_gbps": 7.0}}]}},
+    }
+    got = {(p.a, p.b): p for p in pair_results(rounds, reports)}
+    assert got[("a", "b")].gbps == 8.0  # the slower direction
+    assert got[("b", "c")].gbps is None
+    assert got[("b", "c")].error == "c: no result (the node did not run its side)"
+    # The ring closes with c and a (c listens); a timed out, c said nothing.
+    assert got[("c", "a")].gbps is None
+    assert got[("c", "a")].error == ("c: no result (the node did not run its side); "
+                                     "a: TimeoutError: timed out")
