@@ -8,7 +8,7 @@ one), every pair of a round at once. A pair sends TCP both ways at once for a fe
 
 Judging (one place, here): a node's figure is its best pair. The reference is the median of
 the nodes' figures, so one bad node (or a few) cannot drag it. A node whose best pair is more
-than MARGIN below the reference was slow with every partner: it is the suspect. A pair more
+than MARGIN (25%) below the reference was slow with every partner: it is the suspect. A pair more
 than MARGIN below the reference whose two nodes each have a pair at the reference is a suspect
 link. With two nodes there is one pair: a slow one names the link, never a node (nothing
 points at either). A pair that measured nothing (a partner that never came) implicates its
@@ -36,8 +36,11 @@ from provisioner.runner import run_playbook
 PLAYBOOK = "certify.yml"
 DRAIN_PLAYBOOK = "certify_drain.yml"
 CHECK = "pair_tcp_bw"
-# A node (or link) more than this far below the reference is a suspect.
-MARGIN = 0.10
+# A node (or link) more than this far below the reference is a suspect. One 4-second TCP
+# measurement per pair is noisy: between healthy nodes of the simulated cluster (2 cores, at the
+# commit that added certify, 2026-11-27) the pairs spread from 12.2 to 14.3 Gbit/s, 14% under
+# the best; a bad link or node is several times slower, not a few percent.
+MARGIN = 0.25
 SECONDS = 4
 PORT = 29599
 

@@ -335,9 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--inventory", "-i", required=True)
     cert.add_argument("--drain", action="store_true",
                       help="with Slurm: drain each suspect node, the check as the reason")
-    cert.add_argument("--margin", type=float, default=10.0, metavar="PERCENT",
+    cert.add_argument("--margin", type=float, default=25.0, metavar="PERCENT",
                       help="how far below the fleet's median best pair a node or link is a "
-                           "suspect (default 10)")
+                           "suspect (default 25: one short TCP measurement per pair varies by "
+                           "up to about 15%% between healthy nodes)")
     cert.add_argument("--seconds", type=_seconds, default=4,
                       help="how long each pair sends (default 4)")
     _json_option(cert, "the certify section of the run's report")

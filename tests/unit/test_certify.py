@@ -44,14 +44,15 @@ def test_the_node_slow_with_every_partner_is_the_only_suspect() -> None:
     verdict = judge(pairs)
     assert [(s.host, s.component) for s in verdict.suspects] == [("sim-gpu-1", "node")]
     [suspect] = verdict.suspects
-    assert suspect.measured == 0.2 and suspect.expected == pytest.approx(9.8 * 0.9)
+    assert suspect.measured == 0.2 and suspect.expected == pytest.approx(9.8 * 0.75)
     assert suspect.evidence == ["sim-gpu-1<->sim-gpu-2: 0.19 Gbit/s",
                                 "sim-gpu-1<->sim-login-1: 0.2 Gbit/s"]
 
 
 def test_a_healthy_fleet_within_the_margin_has_no_suspect() -> None:
     hosts = [f"n{i}" for i in range(6)]
-    figures = [10.0, 9.5, 9.9, 10.2, 9.3, 9.8]
+    # As measured between healthy simulated nodes: up to 14% apart.
+    figures = [14.2, 12.2, 13.9, 14.3, 12.4, 13.6]
     pairs = [pair(hosts[i], hosts[(i + 1) % 6], figures[i]) for i in range(6)]
     assert judge(pairs).suspects == []
 
