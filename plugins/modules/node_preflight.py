@@ -184,34 +184,35 @@ def time_sync(module):
     return "unknown"
 
 
+def _filtering(module, tool, args, parse, unread):
+    """What ``tool args`` shows filtering (parse of its output); [] without the tool, and the
+    command named in ``unread`` when it fails."""
+    path = module.get_bin_path(tool)
+    if not path:
+        return []
+    rc, out, _err = module.run_command([path] + list(args))
+    if rc != 0:
+        unread.append(" ".join([tool] + list(args)))
+        return []
+    return parse(out)
+
+
 def host_firewall(module):
-    """What filters incoming traffic: firewalld's active zones other than trusted, the nft
-    chains hooked on input with a drop policy or drop/reject rules, iptables' INPUT chain.
-    A tool that is not installed is not a firewall; one that cannot be read is named."""
-    filtering, unread = [], []
+    """What filters incoming traffic: firewalld's active zones other than trusted (when it
+    runs), the nft chains hooked on input with a drop policy or drop/reject rules, iptables'
+    INPUT chain. A tool that is not installed is not a firewall; one that cannot be read is
+    named."""
+    unread = []
+    filtering = []
     firewall_cmd = module.get_bin_path("firewall-cmd")
     if firewall_cmd:
         rc, out, _err = module.run_command([firewall_cmd, "--state"])
         if rc == 0 and out.strip() == "running":
-            rc, out, _err = module.run_command([firewall_cmd, "--get-active-zones"])
-            if rc == 0:
-                filtering += ["firewalld zone " + z for z in parse_firewalld_zones(out)]
-            else:
-                unread.append("firewall-cmd --get-active-zones")
-    nft = module.get_bin_path("nft")
-    if nft:
-        rc, out, _err = module.run_command([nft, "list", "ruleset"])
-        if rc == 0:
-            filtering += ["nft " + line for line in parse_nft_filtering(out)]
-        else:
-            unread.append("nft list ruleset")
-    iptables = module.get_bin_path("iptables")
-    if iptables:
-        rc, out, _err = module.run_command([iptables, "-S", "INPUT"])
-        if rc == 0:
-            filtering += parse_iptables_input(out)
-        else:
-            unread.append("iptables -S INPUT")
+            filtering += ["firewalld zone " + z for z in _filtering(
+                module, "firewall-cmd", ["--get-active-zones"], parse_firewalld_zones, unread)]
+    filtering += ["nft " + line for line in _filtering(
+        module, "nft", ["list", "ruleset"], parse_nft_filtering, unread)]
+    filtering += _filtering(module, "iptables", ["-S", "INPUT"], parse_iptables_input, unread)
     return {"filtering": filtering, "unread": unread}
 
 
