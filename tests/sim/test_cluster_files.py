@@ -183,10 +183,15 @@ def test_faults_are_injected_into_running_nodes_and_healed(
         assert [a[:4] for a in removals] == [["exec", n, "sh", "-c"] for n in out]
         for args in removals:
             node = args[1]
-            removal, *heal = args[4].split(";", 1)
+            # Last, the node's interface: net-slow's token bucket, or none (healed).
+            script, tc = args[4].rsplit("; ", 1)
+            slow = "net-slow" in out[node].get("etc/gpu-sim/faults", b"").decode()
+            assert tc.startswith("tc qdisc replace dev eth0 root tbf" if slow
+                                 else "tc qdisc del dev eth0 root"), tc
+            removal, *heal = script.split(";", 1)
             # A node without reboot-no-return gets its sshd back if that fault had struck.
             no_return = "reboot-no-return" in out[node].get("etc/gpu-sim/faults", b"").decode()
-            assert bool(heal) is not no_return, args[4]
+            assert bool(heal) is not no_return, script
             if heal:
                 assert heal[0].split() == ["if", "[", "-e", "/run/gpu-sim/no-sshd", "];", "then",
                                            "rm", "-f", "/run/gpu-sim/no-sshd", "&&", "systemctl",
