@@ -14,6 +14,11 @@ link. With two nodes there is one pair: a slow one names the link, never a node 
 points at either). A pair that measured nothing (a partner that never came) implicates its
 nodes like a slow one.
 
+Before anything is named, every slow pair is measured again (its own rounds of disjoint pairs)
+and keeps the better of its two figures: a pair slowed for a moment by something else on its
+nodes is not a fault, a slow link or node is slow again. On the simulated cluster under load
+(2 cores, molecule beside it) one healthy pair once measured 25% below the others.
+
 The figures are TCP over the nodes' cluster addresses (ansible_host): what the Slurm daemons,
 the smoke job's rendezvous, NCCL's bootstrap and gloo use. They are not NCCL's GPU bandwidth.
 """
@@ -54,6 +59,9 @@ class PairResult:
     a_rx_gbps: float | None
     b_rx_gbps: float | None
     error: str = ""
+    # Measured again because it was slow: the first figure (this one is the better of two).
+    first_gbps: float | None = None
+    retested: bool = False
 
     @property
     def gbps(self) -> float | None:
@@ -94,6 +102,36 @@ def ring_rounds(hosts: Sequence[str]) -> list[list[tuple[str, str]]]:
     if n % 2 == 0:
         return [edges[0::2], edges[1::2]]
     return [edges[0:n - 1:2], edges[1:n - 1:2], [edges[n - 1]]]
+
+
+def disjoint_rounds(pairs: Sequence[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """``pairs`` in rounds where no host is in two pairs (each pair in the first round that
+    has room for it)."""
+    rounds: list[list[tuple[str, str]]] = []
+    for a, b in pairs:
+        for existing in rounds:
+            if not {a, b} & {h for pair in existing for h in pair}:
+                existing.append((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+    return rounds
+
+
+def better_of(first: Sequence[PairResult], again: Sequence[PairResult]) -> list[PairResult]:
+    """Each pair of ``first`` with its figure from ``again`` where that is better (a pair not
+    measured again stays as it was)."""
+    retest = {(p.a, p.b): p for p in again}
+    out = []
+    for p in first:
+        q = retest.get((p.a, p.b))
+        if q is None:
+            out.append(p)
+            continue
+        best = q if (q.gbps or -1.0) > (p.gbps or -1.0) else p
+        out.append(PairResult(p.a, p.b, p.round, best.a_rx_gbps, best.b_rx_gbps,
+                              best.error, first_gbps=p.gbps, retested=True))
+    return out
 
 
 def round_vars(rounds: Sequence[Sequence[tuple[str, str]]],
@@ -177,6 +215,14 @@ def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
     return verdict
 
 
+def _is_slow(pair: PairResult, verdict: Verdict) -> bool:
+    if pair.gbps is None:
+        return True
+    if verdict.reference_gbps is None:
+        return False
+    return pair.gbps < verdict.reference_gbps * (1 - verdict.margin)
+
+
 @dataclass
 class CertifyRun:
     report: Report
@@ -216,6 +262,18 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
     report.add_phase("certify", result)
     pairs = pair_results(rounds, result.reports)
     verdict = judge(pairs, margin)
+    ok = result.ok
+    slow = [(p.a, p.b) for p in pairs if _is_slow(p, verdict)]
+    if slow:
+        again_rounds = disjoint_rounds(slow)
+        again = run_playbook(PLAYBOOK, [plan.inventory.source], run_dir, "01-certify-again",
+                             extravars={**extravars, "certify_rounds": round_vars(
+                                 again_rounds, _addresses(plan))},
+                             timeout=timeout_s, on_progress=on_progress)
+        report.add_phase("certify again (slow pairs)", again)
+        ok = ok and again.ok
+        pairs = better_of(pairs, pair_results(again_rounds, again.reports))
+        verdict = judge(pairs, margin)
     for s in verdict.suspects:
         report.checks.append(Check(
             host=s.host, phase="certify", name=f"{s.check}:{s.component}", status="fail",
@@ -231,7 +289,7 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         "suspects": [asdict(s) for s in verdict.suspects],
         "drained": drained,
     }
-    code = 1 if verdict.suspects or not result.ok else 0
+    code = 1 if verdict.suspects or not ok else 0
     report.finish(code)
     report.save(run_dir)
     return CertifyRun(report, run_dir, verdict, pairs, drained)
@@ -246,6 +304,6 @@ def run_drain(plan: ClusterPlan, run_dir: Path, verdict: Verdict) -> dict[str, s
              and s.host in plan.hosts and plan.hosts[s.host].kind == "gpu"}
     if not nodes or "slurm_controller" not in groups:
         return {}
-    result = run_playbook(DRAIN_PLAYBOOK, [plan.inventory.source], run_dir, "01-drain",
+    result = run_playbook(DRAIN_PLAYBOOK, [plan.inventory.source], run_dir, "02-drain",
                           extravars={"certify_drain": nodes}, timeout=300)
     return nodes if result.ok else {}

@@ -933,7 +933,8 @@ def _certify(args: argparse.Namespace) -> int:
     render.rows_table(console, f"pairs, TCP both ways at once (run {done.report.run_id})", [
         {"round": str(p.round), "pair": f"{p.a} <-> {p.b}",
          "Gbit/s": f"{p.gbps:.3g}" if p.gbps is not None else "-",
-         "detail": p.error or "-"} for p in done.pairs])
+         "detail": p.error or (f"measured again (first {p.first_gbps} Gbit/s)"
+                               if p.retested else "-")} for p in done.pairs])
     reference = done.verdict.reference_gbps
     console.print(f"reference (median of each node's best pair): "
                   f"{reference:.3g} Gbit/s" if reference is not None else

@@ -47,6 +47,9 @@ EXTENDED = (
     "test_kernel_e2e.py::test_the_kernel_is_held_on_request_and_released_without_touching_other_holds",
     # 8: a fresh Rocky 9 cluster for `up --check` alone (Ubuntu's check runs in the core tier)
     "test_os_matrix_e2e.py::test_check_mode_on_fresh_rocky_9_nodes_fails_nothing_and_changes_nothing",
+    # 1.5: TLS and basic auth on every monitoring endpoint, two `up`s (on and back off); the
+    # roles' rendering of it is in tests/monitoring/test_web_config.py
+    "test_monitoring_web_e2e.py",
 )
 
 
