@@ -88,6 +88,16 @@ class Verdict:
     node_gbps: dict[str, float | None]
     suspects: list[Suspect] = field(default_factory=list)
 
+    @property
+    def floor(self) -> float | None:
+        """The line below which a pair is slow (None: nothing was measured)."""
+        return None if self.reference_gbps is None else self.reference_gbps * (1 - self.margin)
+
+    def is_slow(self, pair: PairResult) -> bool:
+        """A pair that measured nothing, or below the floor."""
+        floor = self.floor
+        return pair.gbps is None or (floor is not None and pair.gbps < floor)
+
 
 def ring_rounds(hosts: Sequence[str]) -> list[list[tuple[str, str]]]:
     """The ring's edges (host i with host i+1, the last with the first) in rounds of disjoint
@@ -194,10 +204,7 @@ def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
                                             0.0, [_describe(p)]))
         return verdict
     floor = reference * (1 - margin)
-
-    def slow(p: PairResult) -> bool:
-        return p.gbps is None or p.gbps < floor
-
+    slow = verdict.is_slow
     suspects = set()
     if len(hosts) > 2:
         for h in hosts:
@@ -215,14 +222,6 @@ def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
     return verdict
 
 
-def _is_slow(pair: PairResult, verdict: Verdict) -> bool:
-    if pair.gbps is None:
-        return True
-    if verdict.reference_gbps is None:
-        return False
-    return pair.gbps < verdict.reference_gbps * (1 - verdict.margin)
-
-
 @dataclass
 class CertifyRun:
     report: Report
@@ -237,15 +236,20 @@ def _addresses(plan: ClusterPlan) -> dict[str, str]:
             for name, entry in plan.inventory.hosts.items()}
 
 
-def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
-        seconds: int = SECONDS, on_progress: ProgressCallback | None = None,
-        timeout_s: int = 900) -> CertifyRun:
-    hosts = sorted(plan.hosts)
-    if len(hosts) < 2:
+def check_input(plan: ClusterPlan, margin: float) -> None:
+    """One line (InputError) for what certify cannot run with, before anything starts."""
+    if len(plan.hosts) < 2:
         raise InputError("certify: the inventory has one node; pairs need at least two")
     if not 0 < margin < 1:
         raise InputError(f"certify: --margin must be between 0 and 100 percent, not "
                          f"{margin * 100:g}")
+
+
+def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
+        seconds: int = SECONDS, on_progress: ProgressCallback | None = None,
+        timeout_s: int = 900) -> CertifyRun:
+    check_input(plan, margin)
+    hosts = sorted(plan.hosts)
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -253,7 +257,8 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
                     simulated=plan.simulated,
                     started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     rounds = ring_rounds(hosts)
-    extravars = {"certify_rounds": round_vars(rounds, _addresses(plan)),
+    addresses = _addresses(plan)
+    extravars = {"certify_rounds": round_vars(rounds, addresses),
                  "certify_seconds": seconds, "certify_port": PORT,
                  "certify_hosts": ":".join(hosts)}
     result: PlaybookResult = run_playbook(PLAYBOOK, [plan.inventory.source], run_dir,
@@ -263,12 +268,12 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
     pairs = pair_results(rounds, result.reports)
     verdict = judge(pairs, margin)
     ok = result.ok
-    slow = [(p.a, p.b) for p in pairs if _is_slow(p, verdict)]
+    slow = [(p.a, p.b) for p in pairs if verdict.is_slow(p)]
     if slow:
         again_rounds = disjoint_rounds(slow)
         again = run_playbook(PLAYBOOK, [plan.inventory.source], run_dir, "01-certify-again",
-                             extravars={**extravars, "certify_rounds": round_vars(
-                                 again_rounds, _addresses(plan))},
+                             extravars={**extravars,
+                                        "certify_rounds": round_vars(again_rounds, addresses)},
                              timeout=timeout_s, on_progress=on_progress)
         report.add_phase("certify again (slow pairs)", again)
         ok = ok and again.ok

@@ -920,6 +920,7 @@ def _certify(args: argparse.Namespace) -> int:
     from provisioner import certify, render
 
     cp = _build(args.inventory)
+    certify.check_input(cp, args.margin / 100)
     if cp.simulated:
         render.simulated_banner(_chatter(args))
     with _display_factory(args)("certify (certify.yml)") as progress:

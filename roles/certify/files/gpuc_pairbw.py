@@ -53,8 +53,8 @@ def _connect(address: str, port: int, deadline: float) -> socket.socket:
 def measure(conn: socket.socket, seconds: float) -> dict[str, float]:
     conn.settimeout(seconds + 60)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    got = {"bytes": 0, "first": 0.0, "last": 0.0}
-    sent = {"bytes": 0}
+    got = {"bytes": 0, "first": 0.0, "last": 0.0}  # written by the reader thread
+    sent = 0
 
     def receive() -> None:
         while True:
@@ -72,12 +72,12 @@ def measure(conn: socket.socket, seconds: float) -> dict[str, float]:
     payload = b"\0" * CHUNK
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        sent["bytes"] += conn.send(payload)
+        sent += conn.send(payload)
     conn.shutdown(socket.SHUT_WR)
     reader.join(seconds + 60)
     conn.close()
     span = max(got["last"] - got["first"], 1e-6)
-    return {"received_bytes": got["bytes"], "sent_bytes": sent["bytes"],
+    return {"received_bytes": got["bytes"], "sent_bytes": sent,
             "receive_s": round(span, 3), "rx_gbps": round(got["bytes"] * 8 / span / 1e9, 4)}
 
 
