@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gpucluster import health
@@ -77,6 +78,51 @@ def test_hardware_slowdown_warns() -> None:
     assert by["gpu0_clocks"]["status"] == "pass"
     assert by["gpu1_clocks"]["status"] == "warn" and "hw_thermal_slowdown" in by["gpu1_clocks"][
         "detail"]
+
+
+def test_a_driver_older_than_the_planned_cuda_fails_the_driver_support_check() -> None:
+    def driver_support(driver_cuda: str) -> dict[str, Any]:
+        checks = health.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": driver_cuda},
+                                     {"cuda_version": "12.9"})
+        found: dict[str, Any] = {c["name"]: c for c in checks}["cuda_driver_support"]
+        return found
+
+    old = driver_support("12.8")
+    assert old["status"] == "fail"
+    assert old["detail"] == "the driver supports CUDA up to 12.8, the toolkit is 12.9"
+    assert driver_support("11.8")["status"] == "fail"
+    # The same release, a newer minor, a newer major: supported. Versions compare as numbers
+    # (12.10 is newer than 12.9, as text it would sort before).
+    for newer in ("12.9", "12.10", "13.0"):
+        supported = driver_support(newer)
+        assert supported["status"] == "pass", newer
+        assert supported["detail"] == f"driver supports CUDA {newer}"
+    # nvidia-smi did not say: no verdict on the driver, only on the toolkit.
+    only_toolkit = health.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": None},
+                                       {"cuda_version": "12.9"})
+    assert [c["name"] for c in only_toolkit] == ["cuda_version"]
+
+
+def test_a_pending_page_retirement_fails_and_retired_pages_alone_pass() -> None:
+    gpu = {"gpus": [
+        {"index": 0, "retired_pages": {"single_bit": 2, "double_bit": 1, "pending": True}},
+        {"index": 1, "retired_pages": {"single_bit": 2, "double_bit": 1, "pending": False}},
+        {"index": 2, "retired_pages": {"single_bit": None, "double_bit": None,
+                                       "pending": None}},
+    ]}
+    by = {c["name"]: c for c in health.gpu_extra_checks(gpu)}
+    assert by["gpu0_retired_pages"]["status"] == "fail"
+    assert by["gpu0_retired_pages"]["detail"] == \
+        "GPU0: a page retirement is pending (reset the GPU)"
+    assert by["gpu0_retired_pages"]["measured"] == {"double_bit": 1, "pending": True}
+    # Pages already retired are the repair working; only a pending one needs a reset.
+    assert by["gpu1_retired_pages"]["status"] == "pass"
+    assert by["gpu1_retired_pages"]["detail"] == "no page retirement pending"
+    # A GPU that does not report retirement (Ampere and later: row remapping) gets no check.
+    assert "gpu2_retired_pages" not in by
+    checks = health.judge({"gpu": gpu}, {}, {})
+    assert [c["name"] for c in checks if c["status"] == "fail"] == ["gpu0_retired_pages"]
+    assert health.overall(checks) == health.UNHEALTHY
 
 
 def test_label_values_are_escaped() -> None:

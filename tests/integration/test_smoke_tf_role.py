@@ -5,13 +5,16 @@ play order, each node's index), and publish results the controller judges. With 
 launcher a stand-in srun starts the tasks as srun would (one per node, srun's variables), and
 the job builds TF_CONFIG from them and the addresses the role passes.
 
-Needs an interpreter with TensorFlow (GPUC_SMOKE_TF_PYTHON, e.g. a throwaway venv with
-tensorflow-cpu==2.21.0, or this one); skipped without. The role's venv path is pointed at that
-interpreter's venv: nothing is installed.
+Needs an interpreter with TensorFlow (this one: the project's venv carries tensorflow-cpu, or
+the one GPUC_SMOKE_TF_PYTHON names); skipped without. The role's venv path is pointed at that
+interpreter's venv: nothing is installed. The job runs as this user (runuser, so as root), and
+pkill and pgrep are stand-ins: the role ends every process of the job's user around each pass,
+and that user is this test run's own here.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shutil
@@ -38,11 +41,12 @@ PLAY = """
       ansible.builtin.include_role:
         name: gpucluster.provisioner.smoke_job
         tasks_from: preflight.yml
-    - name: Test | Install the job script as install.yml does (no pip, the venv has TensorFlow)
+    - name: Test | Install the job script and the srun watch as install.yml does (no pip, the venv has TensorFlow)
       ansible.builtin.copy:
-        src: "{{ role_files }}/gpuc_smoke_tf.py"
-        dest: "{{ smoke_job_dir }}/gpuc_smoke_tf.py"
+        src: "{{ role_files }}/{{ item }}"
+        dest: "{{ smoke_job_dir }}/{{ item }}"
         mode: "0644"
+      loop: [gpuc_smoke_tf.py, gpuc_srun_watch.py]
     - name: Test | Run the passes
       ansible.builtin.include_role:
         name: gpucluster.provisioner.smoke_job
@@ -105,12 +109,21 @@ tasks = [subprocess.Popen(args, env={{**os.environ, **step, "SLURMD_NODENAME": n
 sys.exit(max(task.wait() for task in tasks))
 """
 
+# Stand in for pkill (records its arguments, matches nothing: exit 1) and pgrep (nothing left).
+FAKE_PKILL = """#!/bin/sh
+echo "$@" >> {log}
+exit 1
+"""
+FAKE_PGREP = "#!/bin/sh\nexit 1\n"
+
 
 @pytest.mark.parametrize("launcher", ["direct", "slurm"])
 def test_tensorflow_passes_run_and_publish_results(tmp_path: Path, launcher: str) -> None:
     python = _tf_python()
-    if python is None or not BIN.exists() or shutil.which("timeout") is None:
-        pytest.skip("needs tensorflow (GPUC_SMOKE_TF_PYTHON), ansible-playbook and timeout")
+    if python is None or not BIN.exists() or shutil.which("timeout") is None \
+            or shutil.which("runuser") is None or os.geteuid() != 0:
+        pytest.skip("needs tensorflow (GPUC_SMOKE_TF_PYTHON), ansible-playbook, timeout, and "
+                    "runuser as root (the role runs as root on the nodes)")
     # The role runs <smoke_job_venv>-tensorflow/bin/python: make that the TensorFlow venv.
     venv = Path(python).parent.parent
     (tmp_path / "venv-tensorflow").symlink_to(venv, target_is_directory=True)
@@ -120,6 +133,10 @@ def test_tensorflow_passes_run_and_publish_results(tmp_path: Path, launcher: str
     srun = tmp_path / "bin" / "srun"
     srun.write_text(FAKE_SRUN.format(python=sys.executable, log=str(srun_log)))
     srun.chmod(0o755)
+    pkill_log = tmp_path / "pkill.log"
+    for name, body in (("pkill", FAKE_PKILL.format(log=pkill_log)), ("pgrep", FAKE_PGREP)):
+        (tmp_path / "bin" / name).write_text(body)
+        (tmp_path / "bin" / name).chmod(0o755)
     ports = free_ports(2)
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {
@@ -130,7 +147,8 @@ def test_tensorflow_passes_run_and_publish_results(tmp_path: Path, launcher: str
         for host, port in zip(HOSTS, ports, strict=True)}}}))
     (tmp_path / "play.yml").write_text(PLAY)
     variables: dict[str, Any] = {
-        "smoke_job_framework": "tensorflow", "smoke_job_wheelhouse_url": "http://127.0.0.1:1/",
+        "smoke_job_framework": "tensorflow", "smoke_job_user": getpass.getuser(),
+        "smoke_job_wheelhouse_url": "http://127.0.0.1:1/",
         "smoke_job_venv": str(tmp_path / "venv"), "smoke_job_dir": str(tmp_path / "job"),
         "smoke_job_backend": "gloo", "smoke_job_launcher": launcher,
         "smoke_job_sizes": "8K,64K", "smoke_job_warmup": 1, "smoke_job_iters": 2,
@@ -164,6 +182,9 @@ def test_tensorflow_passes_run_and_publish_results(tmp_path: Path, launcher: str
     verdict = judge(SmokeResult.model_validate(result), floor_gbps=None, simulated=True)
     assert verdict.passed, verdict.failures
     assert verdict.backend == "ring"
+    # Every process of the job's user was ended before and after each pass, on each node.
+    assert pkill_log.read_text().splitlines() == \
+        [f"--signal KILL --uid {getpass.getuser()}"] * (2 * 2 * len(HOSTS))
     if launcher == "slurm":
         # srun ran once per node for the single-node pass, once over both for the other.
         calls = srun_log.read_text().splitlines()

@@ -3,9 +3,10 @@
 Its cluster helpers (TF_CONFIG from the role's worker list, from a TF_CONFIG in the
 environment, from srun's environment) are plain Python, tested here without TensorFlow. The
 job itself runs for real as two local worker processes on CPU (RING collectives over gRPC on
-localhost) when an interpreter with TensorFlow is at hand: this one, or the one named by
-GPUC_SMOKE_TF_PYTHON (e.g. a throwaway venv with tensorflow-cpu==2.21.0; the project's own
-venv does not carry TensorFlow). Without one those tests skip.
+localhost) when an interpreter with TensorFlow is at hand: this one (the project's venv carries
+tensorflow-cpu==2.21.0, the Makefile installs it), or the one named by GPUC_SMOKE_TF_PYTHON.
+Without one those tests skip. TensorFlow is only ever imported by those worker processes,
+never by the test process.
 """
 
 from __future__ import annotations

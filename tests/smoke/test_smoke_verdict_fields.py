@@ -33,13 +33,17 @@ def result(**changes: Any) -> SmokeResult:
     ({}, 150.0, True, FloorCheck(150.0, 180.0, True, SIMULATED_SKIP_REASON, 8 * GIB)),
     ({"backend": "gloo"}, 150.0, False, FloorCheck(150.0, 180.0, True, GLOO_SKIP_REASON,
                                                    8 * GIB)),
+    # TensorFlow's CPU collectives (RING) are no NCCL either: below a GPU floor, not judged by it.
+    ({"backend": "ring", "framework": "tensorflow"}, 200.0, False,
+     FloorCheck(200.0, 180.0, True, GLOO_SKIP_REASON, 8 * GIB)),
     ({}, None, False, FloorCheck(None, 180.0, True, NO_FLOOR_REASON, 8 * GIB)),
     ({}, 150.0, False, FloorCheck(150.0, 180.0, True, None, 8 * GIB)),
     ({}, 180.0, False, FloorCheck(180.0, 180.0, True, None, 8 * GIB)),  # the floor itself passes
     ({}, 200.0, False, FloorCheck(200.0, 180.0, False, None, 8 * GIB)),
     ({"allreduce": [_row(32 * MIB, 120.0), _row(256 * MIB, 160.0)]}, 150.0, False,
      FloorCheck(150.0, None, False)),
-], ids=["simulated", "gloo", "no-floor", "above", "at", "below", "no-large-size"])
+], ids=["simulated", "gloo", "tensorflow-ring", "no-floor", "above", "at", "below",
+        "no-large-size"])
 def test_the_floor_check_is_exact(changes: dict[str, Any], floor: float | None,
                                   simulated: bool, expected: FloorCheck) -> None:
     verdict = judge(result(**changes), floor, simulated)

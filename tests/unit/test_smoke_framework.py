@@ -65,6 +65,15 @@ def test_the_role_defaults_pin_what_the_wheelhouse_builds() -> None:
     assert tuple(choices) == wheelhouse.FRAMEWORKS
 
 
+def test_the_project_venv_installs_the_tensorflow_simulated_nodes_run() -> None:
+    """The TensorFlow job's tests (tests/smoke/test_smoke_job_tf.py) run on the venv's build:
+    the one the wheelhouse serves simulated nodes."""
+    makefile = (ROLE.parents[1] / "Makefile").read_text()
+    install = next(line for line in makefile.splitlines()
+                   if "pip install" in line and "torch==" in line)
+    assert f"'{wheelhouse.TENSORFLOW_CPU_REQUIREMENTS[0]}'" in install.split()
+
+
 def test_the_cli_offers_the_frameworks_and_defaults_to_pytorch() -> None:
     parser = cli.build_parser()
     for command in (["smoke", "-i", "x"], ["up", "-i", "x"]):

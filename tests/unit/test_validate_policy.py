@@ -91,6 +91,24 @@ def test_wrong_driver_and_model_are_named(tmp_path: Path) -> None:
     assert "GPU0 NVIDIA H100 80GB HBM3" in bad["gpu_model"]["detail"]
 
 
+def test_aggregate_only_uncorrectable_ecc_errors_fail_the_memory_check() -> None:
+    """A reboot clears the volatile counters: the lifetime (aggregate) count is then what still
+    says the GPU's memory had uncorrectable errors."""
+    gpu = {"driver_version": "580.95.05", "gpus": [
+        {"index": 0, "ecc": {"mode": True, "volatile_uncorrectable": 0,
+                             "aggregate_uncorrectable": 2}},
+        {"index": 1, "ecc": {"mode": True, "volatile_uncorrectable": 0,
+                             "aggregate_uncorrectable": 0}},
+    ]}
+    by = {c["name"]: c for c in evaluate({"gpu": gpu}, {"gpu_count": 2})}
+    assert by["gpu0_memory"]["status"] == "fail"
+    assert by["gpu0_memory"]["detail"] == "GPU0: 2 aggregate uncorrectable ECC error(s)"
+    assert by["gpu0_memory"]["measured"] == {"volatile_uncorrectable": 0,
+                                             "aggregate_uncorrectable": 2, "remap_pending": None}
+    assert by["gpu1_memory"]["status"] == "pass"
+    assert by["gpu1_memory"]["detail"] == "memory healthy"
+
+
 def test_fatal_xid_fails_and_other_xids_warn() -> None:
     fatal = {"events": [{"xid": 79, "pci": "0000:9b:00", "fatal": True}]}
     soft = {"events": [{"xid": 13, "pci": "0000:9b:00", "fatal": False}]}
