@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provisioner import readings
 from provisioner.executors import SHARDED_PHASES, Executors, bundled, run_sharded
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
@@ -45,6 +46,8 @@ UP_PHASES: tuple[tuple[str, str], ...] = (
 )
 MONITORING_GROUP = "monitoring"
 VALIDATE_PHASES: tuple[tuple[str, str], ...] = (("validate", "validate.yml"),)
+# The phase that judges the nodes' error counters against their last reading (readings.py).
+COUNTERS_PHASE = "validate"
 SMOKE_PHASE = ("smoke", "smoke.yml")
 # Run by the smoke phase before it builds the wheelhouse: the GPU nodes' Python and machine as
 # they are now (facts cached by an earlier run may predate a node's reinstall).
@@ -320,6 +323,9 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
             # preflight.yml's last play applies the policy to the nodes it targeted.
             extravars["gpuc_max_fail"] = options.max_fail
         ident = f"{options.ident_prefix}{index:02d}-{name}"
+        phase_vars = dict(extravars)
+        if name == COUNTERS_PHASE:
+            phase_vars[readings.EXTRA_VAR] = last_counter_readings(plan, report)
         with display(f"{name} ({playbook})") as progress:
             if sharding is not None and name in SHARDED_PHASES:
                 wanted = set(options.retry_hosts) if retrying else (
@@ -332,13 +338,13 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
                 targeted = sum(len(hosts) for hosts in mine.values())
                 result = run_sharded(playbook, inventories, run_dir, ident, mine,
                                      sharding.executors, sharding.project,
-                                     extravars={**extravars, "gpuc_max_fail": str(
+                                     extravars={**phase_vars, "gpuc_max_fail": str(
                                          allowed_losses(options.max_fail, targeted))},
                                      timeout=options.timeout_s, check_mode=options.check_mode,
                                      on_progress=progress)
             else:
                 result = run_playbook(playbook, inventories, run_dir, ident,
-                                      extravars=extravars, limit=limit,
+                                      extravars=phase_vars, limit=limit,
                                       timeout=options.timeout_s, check_mode=options.check_mode,
                                       on_progress=progress)
         checks_before = len(report.checks)
@@ -372,6 +378,17 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         report.notes.append(f"{name}: going on without {', '.join(sorted(newly))} "
                             f"({len(lost)} lost, the run may lose {allowed})")
     return not lost
+
+
+def last_counter_readings(plan: ClusterPlan, report: Report) -> dict[str, dict[str, Any]]:
+    """Each GPU node's last error counter reading: this run's own (an earlier validate phase of
+    it), else the newest saved report's of this inventory; validate judges the rise since."""
+    gpu_nodes = [name for name, host in plan.hosts.items() if host.kind == "gpu"]
+    source = Path(plan.inventory.source)
+    found = readings.last_readings(runs_dir(), lambda named: _same_inventory(Path(named), source),
+                                   gpu_nodes, skip_run=report.run_id)
+    found.update({h: r for h, r in readings.readings_in(report.hosts).items() if h in gpu_nodes})
+    return found
 
 
 def monitoring_notes(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -19,6 +19,17 @@ and keeps the better of its two figures: a pair slowed for a moment by something
 nodes is not a fault, a slow link or node is slow again. On the simulated cluster under load
 (2 cores, molecule beside it) one healthy pair once measured 25% below the others.
 
+Outliers (judged here too): a node that is no suspect, yet whose best pair is more than
+OUTLIER_MARGIN (10%) below the fleet's median best pair and more than OUTLIER_Z robust standard
+deviations (1.4826 times the median absolute deviation of the nodes' best pairs) below it, is
+flagged: within spec, slower than its peers. Both tests must hold, so a fleet whose healthy
+pairs spread by more than the margin (the simulated one, 2 cores: 14%) does not flag its own
+noise, and a fleet with no spread at all still needs the margin. With fewer than three nodes
+there is no fleet to be an outlier of. Drift (provisioner.history): a node more than
+OUTLIER_MARGIN below the median of its own recent runs. Outliers and drift are warnings: they
+are shown and saved (checks with status warn, passing JUnit cases); the exit status is the
+suspects'.
+
 The figures are TCP over the nodes' cluster addresses (ansible_host): what the Slurm daemons,
 the smoke job's rendezvous, NCCL's bootstrap and gloo use. They are not NCCL's GPU bandwidth.
 """
@@ -32,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from provisioner import history
 from provisioner.errors import InputError
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report, new_run_id, runs_dir
@@ -46,6 +58,13 @@ CHECK = "pair_tcp_bw"
 # commit that added certify, 2026-11-27) the pairs spread from 12.2 to 14.3 Gbit/s, 14% under
 # the best; a bad link or node is several times slower, not a few percent.
 MARGIN = 0.25
+# Outliers: more than this far below the fleet's median best pair (and OUTLIER_Z robust
+# standard deviations below it) is flagged, not failed; drift uses the same margin against the
+# node's own recent runs.
+OUTLIER_MARGIN = 0.10
+OUTLIER_Z = 3.0
+# The median absolute deviation times this estimates the standard deviation of normal data.
+MAD_TO_SIGMA = 1.4826
 SECONDS = 4
 PORT = 29599
 
@@ -81,12 +100,25 @@ class Suspect:
     evidence: list[str]
 
 
+@dataclass(frozen=True)
+class Outlier:
+    host: str
+    check: str
+    measured: float
+    median: float
+    # The fleet's spread: the median absolute deviation of the nodes' best pairs.
+    mad: float
+    # How many robust standard deviations below the median (None: the fleet has no spread).
+    robust_z: float | None
+
+
 @dataclass
 class Verdict:
     reference_gbps: float | None
     margin: float
     node_gbps: dict[str, float | None]
     suspects: list[Suspect] = field(default_factory=list)
+    outliers: list[Outlier] = field(default_factory=list)
 
     @property
     def floor(self) -> float | None:
@@ -188,7 +220,28 @@ def _describe(pair: PairResult) -> str:
     return f"{pair.a}<->{pair.b}: {figure}"
 
 
-def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
+def outliers(node_gbps: Mapping[str, float | None], exclude: set[str],
+             margin: float = OUTLIER_MARGIN) -> list[Outlier]:
+    """The nodes (not in ``exclude``, the suspects) more than ``margin`` and OUTLIER_Z robust
+    standard deviations below the median of the nodes' figures; none with fewer than three."""
+    figures = {h: g for h, g in node_gbps.items() if g is not None}
+    if len(figures) < 3:
+        return []
+    median = statistics.median(figures.values())
+    mad = statistics.median(abs(g - median) for g in figures.values())
+    out = []
+    for host, gbps in sorted(figures.items()):
+        if host in exclude or gbps >= median * (1 - margin):
+            continue
+        z = (median - gbps) / (MAD_TO_SIGMA * mad) if mad > 0 else None
+        if z is None or z > OUTLIER_Z:
+            out.append(Outlier(host, CHECK, gbps, round(median, 4), round(mad, 4),
+                               None if z is None else round(z, 2)))
+    return out
+
+
+def judge(pairs: Sequence[PairResult], margin: float = MARGIN,
+          outlier_margin: float = OUTLIER_MARGIN) -> Verdict:
     """Suspect nodes and links from the pairs (see the module's description)."""
     hosts = sorted({h for p in pairs for h in (p.a, p.b)})
     mine = {h: [p for p in pairs if h in (p.a, p.b)] for h in hosts}
@@ -219,6 +272,7 @@ def judge(pairs: Sequence[PairResult], margin: float = MARGIN) -> Verdict:
                 f"{p.a}-{p.b}", f"link:{p.a}-{p.b}", CHECK, p.gbps, round(floor, 4),
                 [_describe(p)] + [_describe(q) for q in pairs
                                   if q is not p and (p.a in (q.a, q.b) or p.b in (q.a, q.b))]))
+    verdict.outliers = outliers(node_gbps, suspects, outlier_margin)
     return verdict
 
 
@@ -236,19 +290,65 @@ def _addresses(plan: ClusterPlan) -> dict[str, str]:
             for name, entry in plan.inventory.hosts.items()}
 
 
-def check_input(plan: ClusterPlan, margin: float) -> None:
+def check_input(plan: ClusterPlan, margin: float,
+                outlier_margin: float = OUTLIER_MARGIN) -> None:
     """One line (InputError) for what certify cannot run with, before anything starts."""
     if len(plan.hosts) < 2:
         raise InputError("certify: the inventory has one node; pairs need at least two")
-    if not 0 < margin < 1:
-        raise InputError(f"certify: --margin must be between 0 and 100 percent, not "
-                         f"{margin * 100:g}")
+    for option, value in (("--margin", margin), ("--outlier-margin", outlier_margin)):
+        if not 0 < value < 1:
+            raise InputError(f"certify: {option} must be between 0 and 100 percent, not "
+                             f"{value * 100:g}")
+
+
+def _history_points(report: Report, verdict: Verdict) -> list[history.Point]:
+    return [history.Point(report.run_id, report.started_at, host, CHECK, gbps, "Gbit/s",
+                          report.simulated) for host, gbps in sorted(verdict.node_gbps.items())]
+
+
+def _suspect_checks(report: Report, verdict: Verdict, seconds: int) -> None:
+    for s in verdict.suspects:
+        report.checks.append(Check(
+            host=s.host, phase="certify", name=f"{s.check}:{s.component}", status="fail",
+            measured=s.measured, expected=s.expected,
+            detail=(f"{s.component} below {(1 - verdict.margin) * 100:g}% of the fleet's median "
+                    f"best pair ({verdict.reference_gbps} Gbit/s, TCP both ways at once, "
+                    f"{seconds} s): " + "; ".join(s.evidence))))
+
+
+def _record(report: Report, points: Sequence[history.Point]) -> None:
+    """The run's figures into the ledger; a ledger that cannot be written is a note."""
+    try:
+        history.record(points)
+    except OSError as exc:
+        report.notes.append(f"history: not recorded ({history.ledger_path()}: "
+                            f"{exc.strerror or exc})")
+
+
+def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
+              outlier_margin: float) -> None:
+    below = f"more than {outlier_margin * 100:g}% below"
+    for o in verdict.outliers:
+        spread = (f"{o.robust_z} robust standard deviations" if o.robust_z is not None
+                  else "the fleet has no spread")
+        report.checks.append(Check(
+            host=o.host, phase="certify", name=f"{o.check}:outlier", status="warn",
+            measured=o.measured, expected=round(o.median * (1 - outlier_margin), 4),
+            detail=(f"best pair {o.measured} Gbit/s, {below} the fleet's median best pair "
+                    f"({o.median} Gbit/s; {spread}, MAD {o.mad}): within the floor, slower "
+                    "than its peers")))
+    for d in drift:
+        report.checks.append(Check(
+            host=d.host, phase="certify", name=f"{d.check}:drift", status="warn",
+            measured=d.measured, expected=round(d.reference * (1 - outlier_margin), 4),
+            detail=(f"best pair {d.measured} Gbit/s, {below} the median of its own last "
+                    f"{len(d.runs)} runs ({d.reference} Gbit/s: {', '.join(d.runs)})")))
 
 
 def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
-        seconds: int = SECONDS, on_progress: ProgressCallback | None = None,
-        timeout_s: int = 900) -> CertifyRun:
-    check_input(plan, margin)
+        outlier_margin: float = OUTLIER_MARGIN, seconds: int = SECONDS,
+        on_progress: ProgressCallback | None = None, timeout_s: int = 900) -> CertifyRun:
+    check_input(plan, margin, outlier_margin)
     hosts = sorted(plan.hosts)
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
@@ -266,7 +366,7 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
                                           timeout=timeout_s, on_progress=on_progress)
     report.add_phase("certify", result)
     pairs = pair_results(rounds, result.reports)
-    verdict = judge(pairs, margin)
+    verdict = judge(pairs, margin, outlier_margin)
     ok = result.ok
     slow = [(p.a, p.b) for p in pairs if verdict.is_slow(p)]
     if slow:
@@ -278,22 +378,23 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         report.add_phase("certify again (slow pairs)", again)
         ok = ok and again.ok
         pairs = better_of(pairs, pair_results(again_rounds, again.reports))
-        verdict = judge(pairs, margin)
-    for s in verdict.suspects:
-        report.checks.append(Check(
-            host=s.host, phase="certify", name=f"{s.check}:{s.component}", status="fail",
-            measured=s.measured, expected=s.expected,
-            detail=(f"{s.component} below {(1 - margin) * 100:g}% of the fleet's median best "
-                    f"pair ({verdict.reference_gbps} Gbit/s, TCP both ways at once, "
-                    f"{seconds} s): " + "; ".join(s.evidence))))
+        verdict = judge(pairs, margin, outlier_margin)
+    _suspect_checks(report, verdict, seconds)
+    points = _history_points(report, verdict)
+    drift = history.drift(points, history.load(check=CHECK), outlier_margin)
+    _warnings(report, verdict, drift, outlier_margin)
     drained = run_drain(plan, run_dir, verdict) if drain else {}
     report.certify = {
-        "check": CHECK, "margin": margin, "seconds": seconds,
+        "check": CHECK, "margin": margin, "outlier_margin": outlier_margin,
+        "seconds": seconds,
         "reference_gbps": verdict.reference_gbps, "node_gbps": verdict.node_gbps,
         "pairs": [{**asdict(p), "gbps": p.gbps} for p in pairs],
         "suspects": [asdict(s) for s in verdict.suspects],
+        "outliers": [asdict(o) for o in verdict.outliers],
+        "drift": [asdict(d) for d in drift],
         "drained": drained,
     }
+    _record(report, points)
     code = 1 if verdict.suspects or not ok else 0
     report.finish(code)
     report.save(run_dir)

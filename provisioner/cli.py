@@ -339,9 +339,34 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how far below the fleet's median best pair a node or link is a "
                            "suspect (default 25: one short TCP measurement per pair varies by "
                            "up to about 15%% between healthy nodes)")
+    cert.add_argument("--outlier-margin", type=float, default=10.0, metavar="PERCENT",
+                      help="flag (warn, not fail) a node this far below the fleet's median "
+                           "best pair, and beyond 3 robust standard deviations of the fleet's "
+                           "spread, or this far below the median of its own recent runs "
+                           "(default 10)")
     cert.add_argument("--seconds", type=_seconds, default=4,
                       help="how long each pair sends (default 4)")
     _json_option(cert, "the certify section of the run's report")
+
+    rem = sub.add_parser("remediate", help="take the drained GPU nodes back into service: reset "
+                         "their GPUs (reboot with --reboot where that fails), validate, resume "
+                         "in Slurm only the nodes that pass; the others stay drained with why")
+    rem.add_argument("--inventory", "-i", required=True)
+    rem.add_argument("--reboot", action="store_true",
+                     help="reboot a node whose GPUs cannot be reset (a batch at a time, "
+                          "withheld once one does not come back)")
+    rem.add_argument("--any-reason", action="store_true",
+                     help="also take nodes drained for a reason the provisioner did not write "
+                          "(by default those are left as they are)")
+    rem.add_argument("--timeout", type=_seconds, default=3600, help="run timeout (s)")
+    rem.add_argument("--yes", "-y", action="store_true",
+                     help="do not ask for confirmation before changing real hosts")
+    _json_option(rem, "the run's report")
+
+    hist = sub.add_parser("history", help="each node's certify figures over its runs (the "
+                          "ledger under the runs directory)")
+    hist.add_argument("--host", help="one node's figures only")
+    _json_option(hist, "the figures by node")
 
     plan = sub.add_parser("plan", help="validate the inventory and show the resolved stack "
                           "per host (no host contact)")
@@ -367,7 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="show a saved report")
     rep.add_argument("run_id", nargs="?")
-    _json_option(rep, "the saved report.json")
+    rep.add_argument("--html", action="store_true",
+                     help="write the run's page, index.html beside its report.json (one "
+                     "self-contained file: phases, checks, busbw charts, certify heatmap and "
+                     "trends; no scripts, nothing fetched), print its path and exit 0")
+    _json_option(rep, "the saved report.json (with --html: the page's path)")
 
     sim = sub.add_parser("sim", help="the local simulated cluster (podman)")
     simsub = sim.add_subparsers(dest="sim_command", required=True, parser_class=_Parser)
@@ -496,6 +525,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _health(args)
     if args.command == "certify":
         return _certify(args)
+    if args.command == "history":
+        return _history(args)
+    if args.command == "remediate":
+        return _remediate(args)
     if args.command == "export":
         return _export(args)
     if args.command == "report":
@@ -920,12 +953,13 @@ def _certify(args: argparse.Namespace) -> int:
     from provisioner import certify, render
 
     cp = _build(args.inventory)
-    certify.check_input(cp, args.margin / 100)
+    certify.check_input(cp, args.margin / 100, args.outlier_margin / 100)
     if cp.simulated:
         render.simulated_banner(_chatter(args))
     with _display_factory(args)("certify (certify.yml)") as progress:
         done = certify.run(cp, drain=args.drain, margin=args.margin / 100,
-                           seconds=args.seconds, on_progress=progress)
+                           outlier_margin=args.outlier_margin / 100, seconds=args.seconds,
+                           on_progress=progress)
     section = done.report.certify or {}
     if args.json:
         print(render.as_json({"run_id": done.report.run_id, "simulated": cp.simulated,
@@ -947,8 +981,57 @@ def _certify(args: argparse.Namespace) -> int:
         console.print(f"drained {node} in Slurm: {reason}")
     if not done.verdict.suspects:
         console.print("no suspect: every node has a pair at the reference")
+    for c in done.report.checks:
+        if c.status == "warn":
+            kind = c.name.rsplit(":", 1)[-1].upper()
+            console.print(f"{kind} {escape(c.host)}: {escape(c.detail)}")
     console.print(f"report: {done.run_dir / 'report.json'}")
     return done.report.exit_code
+
+
+def _remediate(args: argparse.Namespace) -> int:
+    """`remediate`: the drained nodes reset, validated and resumed (see provisioner.remediate)."""
+    from functools import partial
+
+    from provisioner import bringup, remediate
+
+    cp = _build(args.inventory)
+    remediate.controller_of(cp)  # no Slurm: refused before anything starts
+    _confirm(args, cp, f"Reset the GPUs of the drained nodes of {args.inventory} (reboot where "
+             f"that fails: {'yes' if args.reboot else 'no'}) and resume those that validate?")
+    settings = remediate.RemediateSettings(any_reason=args.any_reason, reboot=args.reboot)
+    return _run(args, cp, "remediate", bringup.VALIDATE_PHASES,
+                bringup.RunOptions(timeout_s=args.timeout, reboot_ok=args.reboot),
+                execute=partial(remediate.run, settings=settings))
+
+
+def _history(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from provisioner import history, render
+
+    points = history.load(host=args.host)
+    by_host = history.series(points)
+    if args.host and not by_host:
+        raise InputError(f"history: no certify figures for {args.host} under "
+                         f"{history.ledger_path()}")
+    if args.json:
+        print(render.as_json({h: [asdict(p) for p in pts] for h, pts in by_host.items()}))
+        return EXIT_OK
+    if not by_host:
+        console.print(f"no certify figures yet ({history.ledger_path()})")
+        return EXIT_OK
+    rows = [{"host": host, "run": p.run_id + (" (simulated)" if p.simulated else ""),
+             "figure": f"{p.value:.3g} {p.unit}" if p.value is not None else "nothing measured"}
+            for host, pts in by_host.items() for p in pts]
+    render.rows_table(console, f"certify figures by node (best pair, {history.ledger_path()})",
+                      rows)
+    for host, pts in by_host.items():
+        ref = history.reference(pts[:-1])
+        if ref is not None:
+            console.print(escape(f"{host}: median of the {len(ref[1])} runs before the last: "
+                                 f"{ref[0]:.3g} {pts[-1].unit}"))
+    return EXIT_OK
 
 
 def _smoke(args: argparse.Namespace) -> int:
@@ -1125,8 +1208,28 @@ def _report(args: argparse.Namespace) -> int:
     from provisioner import report as report_mod
 
     data = report_mod.load(args.run_id)
+    if args.html:
+        return _report_html(args, data)
     show_report(args, data)
     return int(data.get("exit_code", 0))
+
+
+def _report_html(args: argparse.Namespace, data: dict[str, Any]) -> int:
+    """`report RUN --html`: the page beside the run's report.json; its path on stdout."""
+    from provisioner import render, report_html
+    from provisioner.report import runs_dir
+
+    run_id = args.run_id or str(data["run_id"])
+    run_dir = runs_dir() / run_id
+    if Path(run_id).name != run_id or not (run_dir / "report.json").is_file():
+        raise InputError(f"run {run_id!r}: no report.json under {runs_dir()} to draw a page "
+                         "from (give the run id, the name of its directory)")
+    path = report_html.write_page(run_dir, data)
+    if args.json:
+        print(render.as_json({"run_id": run_id, "html": str(path)}))
+    else:
+        print(path)
+    return EXIT_OK
 
 
 def _sim(args: argparse.Namespace) -> int:

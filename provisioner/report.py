@@ -184,6 +184,9 @@ class Report:
     smoke: dict[str, Any] | None = None
     # `provisioner certify`: the pairs, the reference, the suspects (provisioner/certify.py).
     certify: dict[str, Any] | None = None
+    # `provisioner remediate`: per drained node, what was done and what came of it
+    # (provisioner/remediate.py NodeOutcome).
+    remediate: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # Hosts whose SSH host key is not checked (inventory says so): the console says it too.
     host_key_checking_off: list[str] = field(default_factory=list)
@@ -247,16 +250,22 @@ class Report:
         return dict(redact_data(data, self._secrets))
 
     def save(self, run_dir: Path) -> Path:
-        """report.json and junit.xml, each written atomically, 0600 in a 0700 directory.
-        Raises ReportNotSaved (one line) when the disk refuses."""
+        """report.json, junit.xml and the run's page index.html, each written atomically, 0600
+        in a 0700 directory. Raises ReportNotSaved (one line) when the disk refuses the report.
+        The page comes last and never costs the report: one that cannot be drawn is a page
+        saying why in one line (`provisioner report RUN --html` draws it again)."""
+        from provisioner.report_html import write_page_or_say_why
+
         path = run_dir / "report.json"
+        text = json.dumps(self.to_dict(), indent=2, default=str) + "\n"
         try:
             private_dir(run_dir)
-            write_private(path, json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+            write_private(path, text)
             write_private(run_dir / "junit.xml", self.junit())
         except OSError as exc:
             raise ReportNotSaved(f"cannot save the report in {run_dir}: "
                                  f"{exc.strerror or exc}") from exc
+        write_page_or_say_why(run_dir, json.loads(text))
         return path
 
     def junit(self) -> str:

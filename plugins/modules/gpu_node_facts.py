@@ -7,12 +7,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpu_node_facts
-short_description: GPU, NVLink, InfiniBand, Xid and DCGM facts of a node, judged against its profile
+short_description: GPU, NVLink, InfiniBand, Xid, DCGM and error counter facts of a node, judged against its profile
 description:
   - Runs C(nvidia-smi -q -x), C(nvidia-smi nvlink -s), C(nvidia-smi topo -m), reads
     C(/sys/class/infiniband), the kernel log since boot (Xid errors) and, when present and asked
     for, C(dcgmi diag). Parses everything with the shared parsers of module_utils/gpucluster and
     evaluates it against O(expected).
+  - The C(counters) subset reads the InfiniBand ports' error counters and the PCIe AER counters
+    of the GPUs (with the C(gpu) subset, which names their PCI addresses) and RDMA devices, and
+    judges how much they rose since O(counters_before), the reading of the last run (returned
+    as C(facts.counters.now) for the next one); without it the reading is a baseline.
   - Read-only.
 options:
   expected:
@@ -24,12 +28,21 @@ options:
     description: What to read.
     type: list
     elements: str
-    choices: [gpu, nvlink, topo, ib, xid, dcgm]
-    default: [gpu, nvlink, topo, ib, xid, dcgm]
+    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters]
+    default: [gpu, nvlink, topo, ib, xid, dcgm, counters]
   ib_sysfs_root:
     description: Root of the InfiniBand class directory.
     type: path
     default: /sys/class/infiniband
+  pci_sysfs_root:
+    description: Where the PCI functions are listed by address (the GPUs' PCIe AER counters
+      are read there; an RDMA device's through its C(device) link).
+    type: path
+    default: /sys/bus/pci/devices
+  counters_before:
+    description: The error counter reading of the last run (its C(facts.counters.now)). Omitted,
+      this run's reading is the baseline and the counters are not judged.
+    type: dict
   kernel_log:
     description: A file holding the kernel log to scan for Xid errors. Empty reads the kernel
       log since boot with C(journalctl -k -b), else C(dmesg).
@@ -50,8 +63,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 facts:
-  description: Parsed facts per subset (gpu, nvlink, topo, ib, xid, dcgm); a subset that could
-    not be read has an error key.
+  description: Parsed facts per subset (gpu, nvlink, topo, ib, xid, dcgm, counters); a subset
+    that could not be read has an error key. C(counters) holds C(now), this run's reading, and
+    C(before), the one it was judged against.
   returned: always
   type: dict
 checks:
@@ -67,8 +81,12 @@ failed_checks:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.counters import (
+    take_reading,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.dcgm import (
     parse_dcgmi_diag,
 )
@@ -127,14 +145,24 @@ def kernel_log(module, path):
     return run_tool(module, ["dmesg"])
 
 
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             expected=dict(type="dict", required=True),
             subsets=dict(type="list", elements="str",
-                         default=["gpu", "nvlink", "topo", "ib", "xid", "dcgm"],
-                         choices=["gpu", "nvlink", "topo", "ib", "xid", "dcgm"]),
+                         default=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"],
+                         choices=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"]),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
+            pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
+            counters_before=dict(type="dict"),
             dcgm_level=dict(type="int", default=1),
             kernel_log=dict(type="str", default=""),
         ),
@@ -174,6 +202,14 @@ def main():
                 facts["dcgm"] = {"error": (err or out).strip()[-300:] or "exit %d" % rc}
         else:
             facts["dcgm"] = None
+    if "counters" in p["subsets"]:
+        root = p["ib_sysfs_root"]
+        ib = facts.get("ib")
+        if ib is None and os.path.isdir(root):
+            ib = read_ib_sysfs(root)
+        reading = take_reading(ib, facts.get("gpu"), p["expected"], root, p["pci_sysfs_root"],
+                               time.time(), boot_id())
+        facts["counters"] = {"now": reading, "before": p["counters_before"]}
     checks = evaluate(facts, p["expected"])
     module.exit_json(changed=False, facts=facts, checks=checks,
                      failed_checks=[c["name"] for c in checks if c["status"] == "fail"])

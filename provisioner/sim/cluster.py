@@ -32,13 +32,13 @@ from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import (
     KERNEL_FILES,
     MIRROR_FAULTS,
-    NET_SLOW_RATE,
     fault_file_text,
     for_node,
     has_fault,
     kernel_files,
     kernel_log,
     mirror_fault_text,
+    net_slow_rate,
     net_slow_script,
     newer_kernel,
     parse_faults,
@@ -48,7 +48,7 @@ from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
-from provisioner.sim.sysfs import write_ib_sysfs
+from provisioner.sim.sysfs import write_ib_sysfs, write_pci_sysfs
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
     DRIVER_VERSION_FILE,
@@ -180,10 +180,11 @@ FAULT_FILES = ("etc/gpu-sim/faults",)
 def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) -> None:
     """Give every running GPU node exactly the faults of ``spec`` (none heals it): its fault
     file, the simulated kernel log and the InfiniBand sysfs tree, the same content a new node
-    gets. Nothing else on the node changes."""
+    gets. Nothing else on the node changes. An error counter a fault sets rises on the running
+    node (validate and gpuc-health judge the rise since their last reading)."""
     kernel = os.uname().release
     log = SIM_KERNEL_LOG.lstrip("/")
-    ib_root = SIM_IB_SYSFS.lstrip("/")
+    sysfs = SIM_SYSFS.lstrip("/")
     newer = newer_kernel(kernel)
     kernel_paths = tuple(p.replace("K2", newer).lstrip("/") for p in KERNEL_FILES)
     for name, group in spec.node_names():
@@ -194,7 +195,7 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for path, data, mode in sim_files(group, dict(profile_json, hostname=name), faults,
                                               kernel):
-                if (path in FAULT_FILES or path == log or path.startswith(ib_root + "/")
+                if (path in FAULT_FILES or path == log or path.startswith(sysfs + "/")
                         or path.startswith(kernel_paths)):
                     if data is None:
                         _add_dir(tar, path, mode)
@@ -204,7 +205,8 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
                         _add_file(tar, path, data, mode)
         # A healed node loses the newer kernel as `apt remove` would take it: image, modules
         # (the DKMS-built ones included), headers and DKMS' record of builds for it.
-        script = (f"rm -rf {SIM_IB_SYSFS} " + " ".join(f"/{p}" for p in kernel_paths)
+        script = (f"rm -rf {SIM_IB_SYSFS} {SIM_PCI_SYSFS} "
+                  + " ".join(f"/{p}" for p in kernel_paths)
                   + f" /var/lib/dkms/*/*/{newer}")
         if not has_fault(parse_faults(faults), "reboot-no-return"):
             # Healed of reboot-no-return after it struck: its sshd starts, as from the console.
@@ -283,9 +285,10 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     _wait_for_ssh(cluster.addresses, say)
     for name, group in spec.node_names():
         slow = parse_faults(for_node(name, spec.faults)) if group == "gpu_nodes" else []
-        if has_fault(slow, "net-slow"):
+        rate = net_slow_rate(slow)
+        if rate is not None:
             podman.run(["exec", name, "sh", "-c", net_slow_script(slow)])
-            say(f"{name}: network slowed ({NET_SLOW_RATE})")
+            say(f"{name}: network slowed ({rate})")
     _install_kernel_packages(spec, kernel, say)
     _write_inventory(cluster, mirror)
     return cluster
@@ -515,7 +518,7 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
             (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
              f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
         ]
-        out += _ib_tree(profile_json, faults)
+        out += _sysfs_tree(profile_json, faults)
         out += kernel_files(parse_faults(faults), kernel)
     return out
 
@@ -523,7 +526,9 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
 # Where a simulated node keeps what a container cannot show at the kernel's own paths; the
 # simulated cluster's inventory points the roles' path parameters here (sim_inventory_vars).
 SIM_KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
-SIM_IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
+SIM_SYSFS = "/var/lib/gpu-sim/sysfs"
+SIM_IB_SYSFS = f"{SIM_SYSFS}/class/infiniband"
+SIM_PCI_SYSFS = f"{SIM_SYSFS}/bus/pci/devices"
 # The loaded module's version (tools/node.py MODULE_VERSION_FILE): written by the driver
 # package's install and by every boot (gpu-sim-boot), read as /sys/module/nvidia/version.
 SIM_DRIVER_VERSION_FILE = MODULE_VERSION_FILE
@@ -548,8 +553,10 @@ def sim_inventory_vars() -> dict[str, Any]:
         "provisioner_simulated": True,
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
+        "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
         "gpu_validate_kernel_log": SIM_KERNEL_LOG,
         "node_health_ib_sysfs_root": SIM_IB_SYSFS,
+        "node_health_pci_sysfs_root": SIM_PCI_SYSFS,
         "node_health_kernel_log": SIM_KERNEL_LOG,
         **SIM_MONITORING_PERIODS,
     }
@@ -662,24 +669,30 @@ def _devices_script(profile: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ib_tree(profile_json: Mapping[str, Any],
-             faults: Iterable[str]) -> list[tuple[str, bytes | None, int]]:
-    """The simulated /sys/class/infiniband, placed under /var/lib/gpu-sim/sysfs."""
-    out: list[tuple[str, bytes | None, int]] = []
-    base = SIM_IB_SYSFS.lstrip("/")
-    out.append(("var/lib/gpu-sim/sysfs", None, 0o755))
-    out.append(("var/lib/gpu-sim/sysfs/class", None, 0o755))
+def _sysfs_tree(profile_json: Mapping[str, Any],
+                faults: Iterable[str]) -> list[tuple[str, bytes | None, int]]:
+    """The simulated /sys/class/infiniband and /sys/bus/pci/devices (the GPUs' and HCAs' PCI
+    functions, linked from each HCA's ``device``), placed under /var/lib/gpu-sim/sysfs."""
+    base = SIM_SYSFS.lstrip("/")
+    out: list[tuple[str, bytes | None, int]] = [("var/lib/gpu-sim/sysfs", None, 0o755)]
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "infiniband"
-        write_ib_sysfs(root, profile_json, list(faults))
-        out.append((base, None, 0o755))
-        for path in sorted(root.rglob("*")):
-            rel = f"{base}/{path.relative_to(root)}"
-            if path.is_dir():
-                out.append((rel, None, 0o755))
-            else:
-                out.append((rel, path.read_bytes(), 0o444))
-    return out
+        root = Path(tmp) / "sysfs"
+        pci = root / Path(SIM_PCI_SYSFS).relative_to(SIM_SYSFS)
+        write_pci_sysfs(pci, profile_json, list(faults))
+        write_ib_sysfs(root / Path(SIM_IB_SYSFS).relative_to(SIM_SYSFS), profile_json,
+                       list(faults), pci_root=pci)
+        for dirpath, dirnames, filenames in sorted(os.walk(root)):
+            here = Path(dirpath)
+            for name in sorted(dirnames + filenames):
+                path = here / name
+                rel = f"{base}/{path.relative_to(root)}"
+                if path.is_symlink():
+                    out.append((rel, os.readlink(path).encode(), -1))
+                elif path.is_dir():
+                    out.append((rel, None, 0o755))
+                else:
+                    out.append((rel, path.read_bytes(), 0o444))
+    return sorted(out, key=lambda entry: entry[0])
 
 
 # Realistic HGX bus ids (8-GPU baseboard), the ones the simulated nvidia-smi reports.

@@ -9,7 +9,8 @@ anything starts (``validate``); an unknown, misspelled or out-of-range fault is 
   ``read_fault_file`` (this module is bundled into them, see ``provisioner.sim.bundle``), so an
   edit of the file on a running node takes effect at their next call;
 - the controller turns the Xid faults into the node's kernel log (``kernel_log``) and the HCA
-  faults into its InfiniBand sysfs tree (``provisioner.sim.sysfs``) when the node is created.
+  and AER faults into its sysfs trees (``provisioner.sim.sysfs``) when the node is created, and
+  rewrites them when ``sim up`` gives a running node other faults.
 
 Version mismatches of the headers (``/usr/include/nccl.h``, ``cudnn_version*.h``) have no fault:
 the header *is* the installed state, so a test edits it on a running node (for example
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from provisioner.errors import InputError
-from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, gpu_bus
+from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, PCI_SYSFS, gpu_bus
 
 Target = Literal["gpu", "hca", "node", "mirror"]
 # The package mirror's fault file, on the controller under the simulation's state directory,
@@ -41,15 +42,34 @@ KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K
 # What net-slow changes: the root queueing discipline of the node's interface, a token bucket.
 NET_SLOW_DEVICE = "eth0"
 NET_SLOW_RATE = "200mbit"
+# What mlx5_N-symbol-errors puts in its port's symbol_error counter: far over validate's
+# threshold for any interval shorter than 100 hours, well below the counter's 16-bit maximum.
+SYMBOL_ERRORS = 1000
+
+
+def net_slow_rate(faults: Iterable[Fault]) -> str | None:
+    """The rate net-slow (NET_SLOW_RATE) or net-slow-Nmbit (N Mbit/s) gives the node's
+    interface; None without either (the last one given wins)."""
+    rate = None
+    for fault in faults:
+        if fault.kind.key == "net-slow":
+            rate = NET_SLOW_RATE
+        elif fault.kind.key == "net-slow-mbit" and fault.mbit:
+            rate = f"{fault.mbit}mbit"
+    return rate
 
 
 def net_slow_script(faults: Iterable[Fault]) -> str:
     """The shell that gives the node's interface the token bucket of net-slow, or takes it
-    away (a healed node sends at the network's own speed)."""
-    if has_fault(list(faults), "net-slow"):
-        return (f"tc qdisc replace dev {NET_SLOW_DEVICE} root tbf rate {NET_SLOW_RATE} "
-                "burst 256kb latency 100ms")
-    return f"tc qdisc del dev {NET_SLOW_DEVICE} root 2>/dev/null || true"
+    away (a healed node sends at the network's own speed). The bucket holds at least 4 ms of
+    the rate (tbf needs a burst of at least rate/HZ; 4 ms covers HZ=250 and up)."""
+    rate = net_slow_rate(faults)
+    if rate is None:
+        return f"tc qdisc del dev {NET_SLOW_DEVICE} root 2>/dev/null || true"
+    mbit = int(rate.removesuffix("mbit"))
+    burst_kb = max(256, mbit * 4 // 8)  # kbit per ms = Mbit/s; 4 ms, in kilobytes
+    return (f"tc qdisc replace dev {NET_SLOW_DEVICE} root tbf rate {rate} "
+            f"burst {burst_kb}kb latency 100ms")
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,17 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               ("InfiniBand sysfs",)),
     FaultKind("hca-half-rate", "mlx5_N-half-rate", r"mlx5_(?P<hca>\d+)-half-rate", "hca",
               "the port of HCA mlx5_N trained at half width", (IB_SYSFS,), ("InfiniBand sysfs",)),
+    # Counters are judged by their rise between two readings: injected into a running node
+    # (`sim up --fault` on a running cluster), the count rises between two runs of validate or
+    # gpuc-health; on a new node it is the first reading, a baseline.
+    FaultKind("hca-symbol-errors", "mlx5_N-symbol-errors", r"mlx5_(?P<hca>\d+)-symbol-errors",
+              "hca", f"the port of HCA mlx5_N has counted {SYMBOL_ERRORS} symbol errors (a "
+              "marginal cable or transceiver); injected into a running node, its count rises "
+              "between two readings", (IB_SYSFS,), ("InfiniBand sysfs",)),
+    FaultKind("aer-nonfatal", "gpuN-aer-nonfatal", r"gpu(?P<gpu>\d+)-aer-nonfatal", "gpu",
+              "GPU N's PCI function has counted an uncorrectable non-fatal PCIe error (a "
+              "completion timeout) in its AER counters; injected into a running node, the count "
+              "rises between two readings", (PCI_SYSFS,), ("PCIe AER sysfs",)),
     FaultKind("nvcc-other-version", "nvcc-other-version", r"nvcc-other-version", "node",
               "nvcc --version reports a CUDA release one minor version above the installed "
               "toolkit's", (FAULTS_FILE,), ("nvcc",)),
@@ -111,6 +142,11 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("net-slow", "net-slow", r"net-slow", "node",
               f"the node's network is slow: its eth0 sends at most {NET_SLOW_RATE} (tc tbf "
               "qdisc on the interface), so every transfer from it is slow in fact",
+              (NET_SLOW_DEVICE,), ("every transfer from the node",)),
+    # The same, at a rate of the test's choosing: a node slower than its peers yet above a
+    # floor (certify's outlier and drift judging), e.g. net-slow-6000mbit.
+    FaultKind("net-slow-mbit", "net-slow-Nmbit", r"net-slow-(?P<mbit>\d+)mbit", "node",
+              "the node's eth0 sends at most N Mbit/s (tc tbf qdisc, as net-slow)",
               (NET_SLOW_DEVICE,), ("every transfer from the node",)),
     # The cluster's, not a node's: an overloaded mirror or caching proxy. The count is per file,
     # so a client that retries gets the file on try N+1; a large N is a mirror that stays down.
@@ -139,6 +175,7 @@ class Fault:
     hca: int | None = None
     xid: int | None = None
     count: int | None = None
+    mbit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +336,8 @@ def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
         if fault.hca >= hcas:
             span = f" (mlx5_0..mlx5_{hcas - 1})" if hcas else ""
             raise InputError(f"{where} has {hcas} HCAs{span}")
+    if fault.mbit is not None and fault.mbit < 1:
+        raise InputError(f"sim up: fault {spec.text!r}: a rate is a positive number of Mbit/s")
     if fault.xid is not None and fault.xid < 1:
         raise InputError(f"sim up: fault {spec.text!r}: an Xid code is a positive number")
 

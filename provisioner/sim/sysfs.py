@@ -1,13 +1,15 @@
-"""A simulated ``/sys/class/infiniband`` tree for the simulated cluster's HCAs.
+"""A simulated ``/sys/class/infiniband`` tree for the simulated cluster's HCAs, and the
+``/sys/bus/pci/devices`` entries of its GPUs and HCAs (their PCIe AER counters).
 
-The files hold exactly the text the mlx5 driver exposes, so the IB fact gathering and checks
-read it unchanged. Each device also carries a ``SIMULATED`` marker file (real devices have
-none), and its ``board_id`` says SIMULATED too.
+The files hold exactly the text the mlx5 driver and the kernel's AER statistics expose, so the
+fact gathering and checks read them unchanged. Each device also carries a ``SIMULATED`` marker
+file (real devices have none), and an HCA's ``board_id`` says SIMULATED too.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import InputError
-from provisioner.sim.faults import parse_faults
+from provisioner.sim.faults import SYMBOL_ERRORS, parse_faults
+from provisioner.sim.tools.node import gpu_bus
 
 MARKER_NAME = "SIMULATED"
 MARKER_TEXT = "SIMULATED: written by gpu-cluster-provisioner; this HCA does not exist.\n"
@@ -28,11 +31,13 @@ _PORT_WIDTH = 4
 _DOWN_RATE = "40 Gb/sec (4X QDR)"
 # A down IB port keeps polling for its peer; a down Ethernet (RoCE) port reads Disabled.
 _DOWN_PHYS_STATE = {"InfiniBand": "2: Polling", "Ethernet": "3: Disabled"}
-# Error counters health checks read; all zero on a healthy port.
+# The error counters of an mlx5 port's counters/ directory (the PMA's PortCounters); all zero
+# on a healthy port.
 _ERROR_COUNTERS = (
     "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
-    "local_link_integrity_errors", "port_rcv_errors", "port_rcv_remote_physical_errors",
-    "port_xmit_discards", "symbol_error", "VL15_dropped",
+    "local_link_integrity_errors", "port_rcv_constraint_errors", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+    "port_xmit_constraint_errors", "port_xmit_discards", "symbol_error", "VL15_dropped",
 )
 # ConnectX generation (firmware major, PCI device id) by port rate.
 _ADAPTERS: dict[int, tuple[str, str]] = {
@@ -42,6 +47,21 @@ _ADAPTERS: dict[int, tuple[str, str]] = {
     100: ("16.35.2000", "MT4119"),
 }
 _FABRIC_LINK_LAYER = {"infiniband": "InfiniBand", "roce": "Ethernet"}
+# The lines of aer_dev_correctable and of aer_dev_fatal / aer_dev_nonfatal, in the kernel's order
+# (drivers/pci/pcie/aer.c: aer_correctable_error_string, aer_uncorrectable_error_string), each
+# file ending with its TOTAL_ERR_* line (Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats).
+_AER_CORRECTABLE = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                    "CorrIntErr", "HeaderOF")
+_AER_UNCORRECTABLE = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt",
+                      "UnxCmplt", "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol",
+                      "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+                      "PoisonTLPBlocked")
+_AER_FILES = (("aer_dev_correctable", _AER_CORRECTABLE, "ERR_COR"),
+              ("aer_dev_fatal", _AER_UNCORRECTABLE, "ERR_FATAL"),
+              ("aer_dev_nonfatal", _AER_UNCORRECTABLE, "ERR_NONFATAL"))
+# What gpuN-aer-nonfatal counts: one completion timeout, reported as ERR_NONFATAL.
+_AER_NONFATAL_FAULT = {"aer_dev_nonfatal": {"CmpltTO": 1}}
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 @dataclass(frozen=True)
@@ -63,14 +83,31 @@ def _rate_text(rate_gbps: int, width: int) -> str:
     return f"{lane * width} Gb/sec ({width}X {speed})"
 
 
-def _parse_faults(faults: Iterable[str]) -> dict[int, set[str]]:
-    """HCA fault kinds (``hca-down``, ``hca-half-rate``) by device number; every other line
-    (GPU faults, junk) is ignored."""
-    by_hca: dict[int, set[str]] = {}
+def _parse_faults(faults: Iterable[str], target: str = "hca") -> dict[int, set[str]]:
+    """Fault kinds by HCA number (``hca-down``, ``hca-half-rate``...), or with ``target``
+    "gpu" by GPU slot; every other line (other faults, junk) is ignored."""
+    out: dict[int, set[str]] = {}
     for fault in parse_faults(faults):
-        if fault.hca is not None:
-            by_hca.setdefault(fault.hca, set()).add(fault.kind.key)
-    return by_hca
+        number = fault.hca if target == "hca" else fault.gpu
+        if number is not None:
+            out.setdefault(number, set()).add(fault.kind.key)
+    return out
+
+
+def hca_address(number: int) -> str:
+    """The PCI address the simulation gives HCA ``mlx5_<number>``: one function on a bus of
+    its own, clear of the GPUs' bus numbers (tools/node.py HGX_BUS_NUMBERS)."""
+    return f"0000:{0xA0 + number:02x}:00.0"
+
+
+def gpu_address(profile: Mapping[str, Any], slot: int) -> str:
+    """The PCI address of the GPU in ``slot``, as /sys/bus/pci/devices names it: the
+    profile's ``pci_bus_ids`` entry, else the bus the simulated nvidia-smi reports."""
+    bus_ids = profile.get("pci_bus_ids")
+    if isinstance(bus_ids, list) and slot < len(bus_ids):
+        domain, bus, rest = str(bus_ids[slot]).lower().split(":", 2)
+        return f"{int(domain, 16):04x}:{bus}:{rest}"
+    return f"0000:{gpu_bus(slot):02x}:00.0"
 
 
 def _int_field(profile: Mapping[str, Any], key: str, default: int) -> int:
@@ -95,12 +132,29 @@ def _write_if_changed(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def write_ib_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]) -> None:
+def _link_if_changed(path: Path, target: str) -> None:
+    if path.is_symlink() and os.readlink(path) == target:
+        return
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+
+
+def _hca_count(profile: Mapping[str, Any]) -> int:
+    fabric = str(profile.get("fabric", "infiniband")).lower()
+    return _int_field(profile, "ib_hcas", 0) if fabric in _FABRIC_LINK_LAYER else 0
+
+
+def write_ib_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str],
+                   pci_root: Path | None = None) -> None:
     """Write ``<root>/mlx5_N/...`` for the profile's HCAs, with the HCA faults applied.
 
     ``root`` plays ``/sys/class/infiniband``. Files are only rewritten when their text
     changes, and simulated devices beyond the profile's HCA count are removed. A profile
-    without an IB or RoCE fabric gets no devices.
+    without an IB or RoCE fabric gets no devices. With ``pci_root`` (playing
+    ``/sys/bus/pci/devices``, written by write_pci_sysfs) each device's ``device`` is the
+    kernel's link to its PCI function there.
     """
     fabric = str(profile.get("fabric", "infiniband")).lower()
     hcas = _int_field(profile, "ib_hcas", 0)
@@ -134,10 +188,52 @@ def write_ib_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]
         for counter in _ERROR_COUNTERS:
             # A link that went down once counts it, as link_downed does on real ports.
             value = 1 if counter == "link_downed" and "hca-down" in hca_faults else 0
+            if counter == "symbol_error" and "hca-symbol-errors" in hca_faults:
+                value = SYMBOL_ERRORS
             files[f"ports/1/counters/{counter}"] = f"{value}\n"
         for relative, text in files.items():
             _write_if_changed(device / relative, text)
+        if pci_root is not None:
+            _link_if_changed(device / "device",
+                             os.path.relpath(pci_root / hca_address(number), device))
     _remove_stale_devices(root, hcas)
+
+
+def _aer_files(counts: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+    out = {}
+    for name, lines, total in _AER_FILES:
+        mine = counts.get(name, {})
+        text = "".join(f"{line} {mine.get(line, 0)}\n" for line in lines)
+        out[name] = f"{text}TOTAL_{total} {sum(mine.values())}\n"
+    return out
+
+
+def write_pci_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]) -> None:
+    """Write ``<root>/<pci address>/aer_dev_{correctable,fatal,nonfatal}`` for the profile's
+    GPUs and HCAs, with the AER faults applied; a GPU that fell off the bus (gpuN-missing) has
+    no entry. ``root`` plays ``/sys/bus/pci/devices``. Files are only rewritten when their
+    text changes; simulated functions the profile no longer has are removed."""
+    gpus = _int_field(profile, "gpu_count", 0)
+    by_gpu = _parse_faults(faults, "gpu")
+    wanted: dict[str, dict[str, dict[str, int]]] = {}
+    for slot in range(gpus):
+        gpu_faults = by_gpu.get(slot, set())
+        if "missing" in gpu_faults:
+            continue
+        wanted[gpu_address(profile, slot)] = (
+            dict(_AER_NONFATAL_FAULT) if "aer-nonfatal" in gpu_faults else {})
+    for number in range(_hca_count(profile)):
+        wanted[hca_address(number)] = {}
+    for address, counts in wanted.items():
+        function = root / address
+        _write_if_changed(function / MARKER_NAME, MARKER_TEXT)
+        for name, text in _aer_files(counts).items():
+            _write_if_changed(function / name, text)
+    if root.is_dir():
+        for function in root.iterdir():
+            if (_PCI_ADDRESS.fullmatch(function.name) and function.name not in wanted
+                    and (function / MARKER_NAME).is_file()):
+                shutil.rmtree(function)
 
 
 def _remove_stale_devices(root: Path, hcas: int) -> None:

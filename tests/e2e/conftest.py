@@ -50,6 +50,12 @@ EXTENDED = (
     # 1.5: TLS and basic auth on every monitoring endpoint, two `up`s (on and back off); the
     # roles' rendering of it is in tests/monitoring/test_web_config.py
     "test_monitoring_web_e2e.py",
+    # 3-4: three healthy certify runs for the node's history, then one with a node slowed
+    "test_certify_e2e.py::test_a_node_slower_than_its_peers_within_the_floor_is_an_outlier_and_drifts",
+    # 2-3: three validate runs and two fault changes (the policy: tests/unit/test_error_counters)
+    "test_error_counters_e2e.py",
+    # 1-2: survey, GPU reset, validate and resume on two drained nodes
+    "test_certify_e2e.py::test_remediate_resumes_the_mended_node_and_keeps_the_broken_one_drained",
 )
 
 

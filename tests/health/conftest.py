@@ -19,7 +19,7 @@ from provisioner.profiles import load_profiles
 from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import kernel_log as sim_kernel_log
 from provisioner.sim.faults import parse_faults
-from provisioner.sim.sysfs import write_ib_sysfs
+from provisioner.sim.sysfs import write_ib_sysfs, write_pci_sysfs
 
 PROJECT = Path(__file__).resolve().parents[2]
 PROGRAM = PROJECT / "roles" / "node_health" / "files" / "gpuc_health.py"
@@ -53,9 +53,10 @@ class Node:
         (self.root / "var/lib/gpu-sim/persistence").write_text("Enabled\n")
         faults = parse_faults(self.faults)
         (self.root / "dmesg").write_text(sim_kernel_log(faults))
-        ib = self.root / "ib"
-        if not ib.exists():
-            write_ib_sysfs(ib, data, self.faults)
+        ib, pci = self.root / "ib", self.root / "pci"
+        if not ib.exists():  # written once: a test edits a counter between two runs
+            write_pci_sysfs(pci, data, self.faults)
+            write_ib_sysfs(ib, data, self.faults, pci_root=pci)
         cuda = self.root / "cuda"
         cuda.mkdir(exist_ok=True)
         (cuda / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "13.0.2"}}')
@@ -77,6 +78,7 @@ class Node:
             [sys.executable, str(PROGRAM), "--expectations", str(self.root / "expected.json"),
              "--state", str(self.root / "state/state.json"),
              "--kernel-log", str(self.root / "dmesg"), "--ib-sysfs-root", str(self.root / "ib"),
+             "--pci-sysfs-root", str(self.root / "pci"),
              "--cuda-root", str(self.root / "cuda"), "--nccl-header", str(self.root / "nccl.h"),
              *args],
             env=env, capture_output=True, text=True, timeout=60, check=False)

@@ -177,7 +177,7 @@ def test_faults_are_injected_into_running_nodes_and_healed(
                                  for m in tar.getmembers() if m.isfile()}
                     out[node].update({m.name: f"-> {m.linkname}".encode()
                                       for m in tar.getmembers() if m.issym()})
-        # The old IB tree and any newer kernel go first, so a healed node keeps neither.
+        # The old sysfs trees and any newer kernel go first, so a healed node keeps neither.
         newer = newer_kernel(os.uname().release)
         removals = [a for a, _ in calls if a[0] == "exec"]
         assert [a[:4] for a in removals] == [["exec", n, "sh", "-c"] for n in out]
@@ -197,7 +197,7 @@ def test_faults_are_injected_into_running_nodes_and_healed(
                                            "rm", "-f", "/run/gpu-sim/no-sshd", "&&", "systemctl",
                                            "start", "ssh.service;", "fi"]
             assert removal.split() == ["rm", "-rf", cluster_mod.SIM_IB_SYSFS,
-                                       f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
+                                       cluster_mod.SIM_PCI_SYSFS, f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
                                        f"/usr/src/linux-headers-{newer}",
                                        f"/var/lib/dkms/*/*/{newer}"]
         return out

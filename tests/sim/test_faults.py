@@ -44,12 +44,15 @@ EXAMPLES = {
     "gpu6-xid-79": ("xid", {"gpu": 6, "xid": 79}),
     "mlx5_0-down": ("hca-down", {"hca": 0}),
     "mlx5_7-half-rate": ("hca-half-rate", {"hca": 7}),
+    "mlx5_3-symbol-errors": ("hca-symbol-errors", {"hca": 3}),
+    "gpu4-aer-nonfatal": ("aer-nonfatal", {"gpu": 4}),
     "nvcc-other-version": ("nvcc-other-version", {}),
     "driver-other-version": ("driver-other-version", {}),
     "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
     "net-slow": ("net-slow", {}),
+    "net-slow-6000mbit": ("net-slow-mbit", {"mbit": 6000}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
     "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
 }
@@ -281,3 +284,28 @@ def test_the_tampered_wheels_fault_is_the_mirrors_and_gets_its_own_line() -> Non
             "mirror-tampered-wheels is the package mirror's, not a node's: give it without a "
             "node (--fault mirror-tampered-wheels)")):
         validate(["sim-gpu-1:mirror-tampered-wheels"], H100, GPU_NODES)
+
+
+@pytest.mark.parametrize(("lines", "command"), [
+    (["net-slow"], "tc qdisc replace dev eth0 root tbf rate 200mbit burst 256kb latency 100ms"),
+    # 4 ms of 6000 Mbit/s is 3000 kB: tbf needs at least rate/HZ in its bucket.
+    (["net-slow-6000mbit"],
+     "tc qdisc replace dev eth0 root tbf rate 6000mbit burst 3000kb latency 100ms"),
+    (["net-slow", "net-slow-900mbit"],
+     "tc qdisc replace dev eth0 root tbf rate 900mbit burst 450kb latency 100ms"),
+    (["gpu0-missing"], "tc qdisc del dev eth0 root 2>/dev/null || true"),
+    ([], "tc qdisc del dev eth0 root 2>/dev/null || true"),
+])
+def test_the_slow_network_faults_set_the_token_bucket_or_take_it_away(
+        lines: list[str], command: str) -> None:
+    from provisioner.sim.faults import net_slow_script, parse_faults
+
+    assert net_slow_script(parse_faults(lines)) == command
+
+
+def test_a_rate_of_zero_is_refused_in_one_line() -> None:
+    from provisioner.errors import InputError
+    from provisioner.sim.faults import validate
+
+    with pytest.raises(InputError, match="positive number of Mbit/s"):
+        validate(["sim-gpu-1:net-slow-0mbit"], {"name": "p", "gpu_count": 8}, ["sim-gpu-1"])

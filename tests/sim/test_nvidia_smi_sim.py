@@ -292,6 +292,27 @@ def test_persistence_mode_is_stored_per_gpu(tmp_path: Path, run_smi: RunSmi) -> 
     assert run_smi(tmp_path, "-pm", "2").returncode == 2
 
 
+def test_gpu_reset_resets_every_gpu_or_those_named_and_logs_each(tmp_path: Path,
+                                                                 run_smi: RunSmi) -> None:
+    make_node(tmp_path, H100_NODE)
+    out = ok(run_smi(tmp_path, "--gpu-reset")).splitlines()
+    assert out == [f"SIMULATED: GPU {bus} was reset." for bus in HGX_BUS_IDS] + ["All done."]
+    assert ok(run_smi(tmp_path, "-r", "-i", "1")).splitlines()[0].endswith(
+        f"GPU {HGX_BUS_IDS[1]} was reset.")
+    log = (tmp_path / "var/lib/gpu-sim/resets").read_text().splitlines()
+    assert [line.split()[1] for line in log] == [*HGX_BUS_IDS, HGX_BUS_IDS[1]]
+
+
+def test_a_gpu_that_fell_off_the_bus_cannot_be_reset(tmp_path: Path, run_smi: RunSmi) -> None:
+    make_node(tmp_path, H100_NODE, faults=("gpu2-xid-79",))
+    result = run_smi(tmp_path, "-r")
+    assert result.returncode == 15, result.stdout + result.stderr
+    assert HGX_BUS_IDS[2] in result.stderr + result.stdout
+    assert not (tmp_path / "var/lib/gpu-sim/resets").exists()
+    # The other GPUs alone can be reset.
+    ok(run_smi(tmp_path, "-r", "-i", "0,1"))
+
+
 # --- nvlink / topo ---------------------------------------------------------------------------
 
 

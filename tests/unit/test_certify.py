@@ -1,7 +1,9 @@
 """certify's rounds and judgement (provisioner/certify.py): every node in two pairs of a ring,
 pairs of a round disjoint; a node slow with every partner is the suspect, a pair slow between
 two nodes that are fine elsewhere is a suspect link, a lone slow pair of two nodes names the
-link and no node; what a side published is matched to its planned pair."""
+link and no node; what a side published is matched to its planned pair. Outliers: a node
+within the floor but clearly below the fleet (margin and robust spread both), never the
+fleet's own noise; drift against a node's own history (provisioner/history.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from provisioner.certify import (
     better_of,
     disjoint_rounds,
     judge,
+    outliers,
     pair_results,
     ring_rounds,
     round_vars,
@@ -133,3 +136,52 @@ def test_a_node_slow_twice_stays_the_suspect() -> None:
     merged = better_of(first, [pair("g1", "g2", 0.2), pair("login", "g1", None, 3)])
     assert [(p.gbps, p.first_gbps) for p in merged if p.retested] == [(0.2, 0.19), (0.19, 0.19)]
     assert [(s.host, s.component) for s in judge(merged).suspects] == [("g1", "node")]
+
+
+def test_the_fleets_own_noise_is_no_outlier() -> None:
+    hosts = [f"n{i}" for i in range(6)]
+    figures = [14.2, 12.2, 13.9, 14.3, 12.4, 13.6]  # healthy simulated pairs
+    pairs = [pair(hosts[i], hosts[(i + 1) % 6], figures[i]) for i in range(6)]
+    assert judge(pairs).outliers == []
+
+
+def test_a_node_within_the_floor_but_below_its_peers_is_an_outlier_not_a_suspect() -> None:
+    # sim-gpu-1 throttled to 6 Gbit/s with the floor at 40% of the median (--margin 60).
+    pairs = [pair("sim-gpu-1", "sim-gpu-2", 5.9), pair("sim-gpu-2", "sim-login-1", 13.1, 2),
+             pair("sim-gpu-1", "sim-login-1", 5.8, 3)]
+    verdict = judge(pairs, margin=0.60)
+    assert verdict.suspects == []
+    [o] = verdict.outliers
+    assert (o.host, o.measured, o.median) == ("sim-gpu-1", 5.9, 13.1)
+    assert o.mad == 0.0 and o.robust_z is None  # two of three nodes alike: no spread
+    # At the default floor (25%) the same node is a suspect, and not an outlier as well.
+    verdict = judge(pairs)
+    assert [s.host for s in verdict.suspects] == ["sim-gpu-1"] and verdict.outliers == []
+
+
+@pytest.mark.parametrize(("figure", "flagged"), [
+    (11.0, True),    # 14.7% below the median (12.9), 4.3 robust sd below
+    (11.8, False),   # 8.5% below: inside the margin
+])
+def test_an_outlier_is_below_both_the_margin_and_the_spread(figure: float,
+                                                            flagged: bool) -> None:
+    nodes = {"a": 13.0, "b": 13.2, "c": 12.8, "d": 13.4, "e": 12.6, "x": figure}
+    got = outliers(nodes, set())
+    assert [o.host for o in got] == (["x"] if flagged else [])
+    if flagged:
+        assert got[0].robust_z is not None and got[0].robust_z > 3
+
+
+def test_a_wide_fleet_flags_no_node_inside_its_spread() -> None:
+    # 14% below the median (11), but the fleet itself spreads that wide: 0.45 robust sd.
+    nodes = {"a": 10.0, "b": 14.0, "c": 12.0, "d": 16.0, "e": 8.0, "x": 9.5}
+    assert outliers(nodes, set()) == []
+
+
+def test_fewer_than_three_nodes_have_no_outlier_and_suspects_are_excluded() -> None:
+    assert outliers({"a": 13.0, "b": 2.0}, set()) == []
+    # No spread at all: the margin alone decides.
+    assert outliers({"a": 13.0, "b": 13.0, "c": 12.5}, set()) == []
+    assert outliers({"a": 13.0, "b": 13.0, "c": 2.0}, {"c"}) == []
+    assert [o.host for o in outliers({"a": 13.0, "b": 13.0, "c": 2.0, "d": None}, set())] == [
+        "c"]

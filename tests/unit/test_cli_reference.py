@@ -26,8 +26,8 @@ def test_cli_reference_has_every_command_once() -> None:
     headings = [ln for ln in text.splitlines() if ln.startswith("## ")]
     assert headings == [f"## `provisioner{c}`" for c in (
         "", " up", " upgrade", " stacks", " profiles", " inspect", " smoke", " validate",
-        " health", " certify", " plan", " export", " export k8s", " report", " sim", " sim up",
-        " sim down", " sim executors")]
+        " health", " certify", " remediate", " history", " plan", " export", " export k8s",
+        " report", " sim", " sim up", " sim down", " sim executors")]
     # The sim faults' epilog (computed only when help is shown) is part of `sim up`.
     assert "gpuN-nvlink-down" in text.split("## `provisioner sim up`")[1]
 

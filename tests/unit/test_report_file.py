@@ -151,10 +151,11 @@ def test_saved_files_are_the_report_as_json_and_its_junit_masked(tmp_path: Path)
     assert data["notes"] == ["mirror password *** refused"]
     junit = (run_dir / "junit.xml").read_text()
     assert "hunter2" not in junit and "mirror password *** refused" in junit
-    for saved in (path, run_dir / "junit.xml"):
+    for saved in (path, run_dir / "junit.xml", run_dir / "index.html"):
         assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-    assert sorted(p.name for p in run_dir.iterdir()) == ["junit.xml", "report.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["index.html", "junit.xml", "report.json"]
+    assert "hunter2" not in (run_dir / "index.html").read_text()
 
 
 def test_a_report_that_cannot_be_saved_is_one_line(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 """Node health policy of ``gpuc-health``: the checks of ``validate`` (same functions, same
 thresholds) plus the ones a recurring health check needs (CUDA as planned, retired pages, clock
-throttle reasons, fabric manager, DCGM health watches, Xid events since the last run), the
+throttle reasons, fabric manager, DCGM health watches, Xid events since the last run; the error
+counters are judged against the baseline it keeps, counters.next_baseline), the
 overall status, and the text, JSON and Prometheus textfile renderings.
 
 Pure: the program on the node (roles/node_health/files/gpuc-health) reads the tools and files
@@ -160,8 +161,9 @@ def xid_since_last_run(events, state, boot_id):
 
 def judge(facts, expected, stack):
     """Every check of one run. ``facts``: {gpu, nvlink, ib, xid ({events} already reduced to
-    this run's), measured ({cuda_toolkit, driver_cuda}), fabricmanager, dcgm_health}."""
-    subsets = {k: facts[k] for k in ("gpu", "nvlink", "ib", "xid") if k in facts}
+    this run's), counters ({now, before}: the error counter readings), measured
+    ({cuda_toolkit, driver_cuda}), fabricmanager, dcgm_health}."""
+    subsets = {k: facts[k] for k in ("gpu", "nvlink", "ib", "xid", "counters") if k in facts}
     checks = evaluate(subsets, expected)
     # validate's Xid wording says "since boot"; a health run judges what it was given.
     for item in checks:

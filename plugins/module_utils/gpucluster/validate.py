@@ -7,6 +7,7 @@ Every check names the GPU or port it is about and carries measured vs expected v
 
 from __future__ import annotations
 
+from .counters import counter_checks
 from .preflight import check
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -14,9 +15,10 @@ SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
 
 def evaluate(facts, expected):
-    """facts: {gpu, nvlink, ib, xid, dcgm}; expected: profile fields plus
+    """facts: {gpu, nvlink, ib, xid, dcgm, counters}; expected: profile fields plus
     driver_version, fabric, dcgm_required. Only the subsets present in facts are judged (a
-    subset that was read but failed is present, with an error)."""
+    subset that was read but failed is present, with an error). ``counters``: {now, before},
+    error counter readings (counters.take_reading), judged by their increase."""
     checks = []
     if "gpu" in facts:
         checks.extend(_gpu_checks(facts.get("gpu"), expected))
@@ -28,6 +30,8 @@ def evaluate(facts, expected):
         checks.extend(_xid_checks(facts.get("xid")))
     if "dcgm" in facts:
         checks.extend(_dcgm_checks(facts.get("dcgm"), expected))
+    if "counters" in facts:
+        checks.extend(counter_checks(facts.get("counters")))
     return checks
 
 

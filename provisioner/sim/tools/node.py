@@ -14,6 +14,8 @@ PROFILE_FILE = "/etc/gpu-sim/profile.json"
 FAULTS_FILE = "/etc/gpu-sim/faults"
 KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
 IB_SYSFS = "/var/lib/gpu-sim/sysfs/class/infiniband"
+# The PCI functions of the GPUs and HCAs (their PCIe AER counters), as /sys/bus/pci/devices.
+PCI_SYSFS = "/var/lib/gpu-sim/sysfs/bus/pci/devices"
 DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
 # The version of the NVIDIA module the node's kernel has loaded (what /sys/module/nvidia/version
 # says on a real node): volatile like sysfs, so a reboot loads the installed driver's module.
@@ -22,6 +24,9 @@ DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
 MODULE_VERSION_FILE = "/run/gpu-sim/module/nvidia/version"
 CUDA_VERSION_FILE = "/usr/lib/gpu-sim/cuda-version"
 PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
+# Every GPU reset (nvidia-smi -r) the node took: "<unix time> <PCI bus id>" lines, so a test can
+# tell that a reset happened and when.
+RESET_LOG = "/var/lib/gpu-sim/resets"
 # Load the stand-in dcgm-exporter reports: "<gpu index|all> util=95 temp=88 fb_used=70000
 # power=650" lines (tests write it to drive the alerts).
 GPU_LOAD_FILE = "/var/lib/gpu-sim/gpu-load"

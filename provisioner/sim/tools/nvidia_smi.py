@@ -35,6 +35,7 @@ from provisioner.sim.tools.node import (
     FAULTS_FILE,
     PERSISTENCE_FILE,
     PROFILE_FILE,
+    RESET_LOG,
     gpu_bus,
     read_text,
     sim_path,
@@ -47,6 +48,9 @@ EXIT_INVALID_ARGUMENT = 2
 EXIT_NO_PERMISSION = 4
 EXIT_NOT_FOUND = 6
 EXIT_DRIVER_NOT_LOADED = 9
+# nvidia-smi(1), RETURN VALUE: "15 - The GPU has fallen off the bus or has otherwise become
+# inaccessible".
+EXIT_GPU_IS_LOST = 15
 
 DRIVER_FAILURE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -127,6 +131,7 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
   DEVICE MODIFICATION OPTIONS:
 
     -pm,  --persistence-mode=   Set persistence mode: 0/DISABLED, 1/ENABLED
+    -r,   --gpu-reset           Reset the GPUs (all, or those of -i). Requires root.
 
     nvlink                      Display NvLink information ("nvidia-smi nvlink -s").
     topo                        Display topological information ("nvidia-smi topo -m").
@@ -210,6 +215,7 @@ class Gpu:
         profile = node.profile
         self.slot = slot
         self.index = index
+        self.faults = faults
         self.name = str(profile["gpu_model"])
         digest = hashlib.sha256(f"{node.hostname}:gpu{slot}".encode()).hexdigest()
         self.uuid = (f"GPU-{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-"
@@ -862,6 +868,30 @@ def set_persistence(node: Node, gpus: list[Gpu], value: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# -r
+# ---------------------------------------------------------------------------------------------
+
+
+def reset(gpus: list[Gpu]) -> str:
+    """Reset the GPUs as nvidia-smi(1) describes -r: root only, every GPU named (all without
+    -i). A GPU whose kernel log holds Xid 79 (fallen off the bus) cannot be reset: exit 15 and
+    nothing is reset. Each reset is appended to RESET_LOG; the faults stay (a reset does not
+    mend hardware)."""
+    if os.geteuid() != 0:
+        die("SIMULATED: GPU reset requires root.\n", EXIT_NO_PERMISSION)
+    lost = [g for g in gpus if any(f.kind.key == "xid" and f.xid == 79 for f in g.faults)]
+    if lost:
+        die(f"SIMULATED: unable to reset GPU {lost[0].bus_id}: the GPU has fallen off the bus "
+            "or has otherwise become inaccessible.\n", EXIT_GPU_IS_LOST)
+    path = sim_path(RESET_LOG)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    now = int(datetime.datetime.now().timestamp())
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.writelines(f"{now} {g.bus_id}\n" for g in gpus)
+    return "".join(f"SIMULATED: GPU {g.bus_id} was reset.\n" for g in gpus) + "All done.\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
 
@@ -920,6 +950,8 @@ def parse(args: list[str]) -> dict[str, Any]:
         elif name in ("-pm", "--persistence-mode"):
             request["pm"], position = take_value(rest, position, name)
             continue
+        elif name in ("-r", "--gpu-reset"):
+            request["reset"] = True
         else:
             raise UsageError(f"ERROR: Option {arg} is not recognized. Please run 'nvidia-smi -h'.")
         position += 1
@@ -960,7 +992,9 @@ def main(argv: list[str]) -> int:
     if not node.gpus:
         die("No devices were found\n", EXIT_NOT_FOUND)
     gpus = node.select(request.get("id"))
-    if "pm" in request:
+    if request.get("reset"):
+        sys.stdout.write(reset(gpus))
+    elif "pm" in request:
         try:
             sys.stdout.write(set_persistence(node, gpus, request["pm"]))
         except UsageError as exc:

@@ -1,11 +1,12 @@
 """gpuc-health: the node's own health check, run by a systemd timer, by Slurm's
 HealthCheckProgram or by hand. Standard library only.
 
-It reads the node (nvidia-smi, the kernel log, the InfiniBand sysfs tree, systemd, dcgmi) and
-judges it with the same policy the controller's validate uses: the gpucluster package of the
-collection's module_utils, installed next to this program (../lib/gpuc-health/gpucluster) by
-the node_health role. What it compares with is the expectations file the role writes from the
-plan (--expectations).
+It reads the node (nvidia-smi, the kernel log, the InfiniBand sysfs tree and its error counters,
+the PCIe AER counters, systemd, dcgmi) and judges it with the same policy the controller's
+validate uses: the gpucluster package of the collection's module_utils, installed next to this
+program (../lib/gpuc-health/gpucluster) by the node_health role. What it compares with is the
+expectations file the role writes from the plan (--expectations), and for the error counters the
+baseline it keeps in its state file (--state).
 
 Exit status: 0 healthy, 1 degraded, 2 unhealthy, 3 could not check (bad usage included).
 """
@@ -29,7 +30,7 @@ LIB = os.environ.get("GPUC_HEALTH_LIB") or os.path.join(
     os.path.dirname(os.path.realpath(__file__)), os.pardir, "lib", "gpuc-health")
 sys.path.insert(0, os.path.abspath(LIB))
 
-from gpucluster import health  # noqa: E402
+from gpucluster import counters, health  # noqa: E402
 from gpucluster.ib_sysfs import read_ib_sysfs  # noqa: E402
 from gpucluster.nvlink import parse_nvlink_status  # noqa: E402
 from gpucluster.nvsmi_xml import parse_nvidia_smi_xml  # noqa: E402
@@ -189,25 +190,42 @@ def check_node(opts: argparse.Namespace) -> dict[str, Any]:
             "error": f"{root} does not exist (no RDMA devices or driver)"}
     else:
         facts["ib"] = {}
+    boot_id = (read_text("/proc/sys/kernel/random/boot_id") or "").strip()
+    try:
+        state_before = load_json(opts.state) if opts.state else None
+    except ValueError:
+        state_before = None  # a damaged state file: start over
+    state_before = state_before if isinstance(state_before, dict) else {}
+    state = dict(state_before)
     if text is None:
         facts["xid"] = None
     else:
         events = parse_xid(text)
         for event in events:
             event["fatal"] = event.get("xid") in FATAL_XIDS
-        boot_id = (read_text("/proc/sys/kernel/random/boot_id") or "").strip()
-        try:
-            state_before = load_json(opts.state)
-        except ValueError:
-            state_before = None  # a damaged state file: start over
+        xid_before = state_before
         if opts.clear_xid:  # acknowledged: everything logged so far counts as reported
-            state_before = {"boot_id": boot_id, "xid_seen": len(events), "xid_fatal": []}
-        judged, state = health.xid_since_last_run(events, state_before, boot_id)
+            xid_before = {"boot_id": boot_id, "xid_seen": len(events), "xid_fatal": []}
+        judged, xid_state = health.xid_since_last_run(events, xid_before, boot_id)
         facts["xid"] = {"events": judged}
-        if opts.state:
-            os.makedirs(os.path.dirname(opts.state) or ".", exist_ok=True)
-            write_atomic(os.path.dirname(opts.state) or ".", os.path.basename(opts.state),
-                         json.dumps(state))
+        state.update(xid_state)
+    # The error counters: judged by their rise since the baseline the state keeps (none: this
+    # reading is the baseline), which the next run keeps until it is an hour old.
+    reading = counters.take_reading(facts["ib"], facts["gpu"], expected, opts.ib_sysfs_root,
+                                    opts.pci_sysfs_root, time.time(), boot_id or None)
+    baseline = state_before.get("counters")
+    if opts.counters_from:
+        try:
+            other = load_json(opts.counters_from)
+        except ValueError:
+            other = None
+        baseline = other.get("counters") if isinstance(other, dict) else None
+    facts["counters"] = {"now": reading, "before": baseline}
+    state["counters"] = counters.next_baseline(state_before.get("counters"), reading)
+    if opts.state:
+        os.makedirs(os.path.dirname(opts.state) or ".", exist_ok=True)
+        write_atomic(os.path.dirname(opts.state) or ".", os.path.basename(opts.state),
+                     json.dumps(state))
     gpu = facts["gpu"]
     facts["measured"] = {
         "driver": gpu.get("driver_version"),
@@ -251,12 +269,19 @@ def main(argv: list[str]) -> int:
                              "collector directory), atomically")
     parser.add_argument("--expectations", default="/etc/gpuc-health/expected.json")
     parser.add_argument("--state", default="/var/lib/gpuc-health/state.json",
-                        help="remembers the Xid events already reported")
+                        help="remembers the Xid events already reported and the error "
+                             "counters' baseline (empty: no state, every counter reading is a "
+                             "first one)")
+    parser.add_argument("--counters-from", metavar="STATE", default="",
+                        help="judge the error counters against the baseline in STATE (another "
+                             "run's --state, e.g. the timer's) without writing it")
     parser.add_argument("--clear-xid", action="store_true",
                         help="forget fatal Xid events reported before (after a GPU reset)")
     parser.add_argument("--kernel-log", default="",
                         help="a file holding the kernel log (default: journalctl -k -b, dmesg)")
     parser.add_argument("--ib-sysfs-root", default="/sys/class/infiniband")
+    parser.add_argument("--pci-sysfs-root", default="/sys/bus/pci/devices",
+                        help="where the GPUs' PCI functions are (their PCIe AER counters)")
     parser.add_argument("--cuda-root", default="",
                         help="the CUDA toolkit to read (default: the planned /usr/local/cuda-X.Y)")
     parser.add_argument("--nccl-header", default="/usr/include/nccl.h")
