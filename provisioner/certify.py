@@ -303,7 +303,8 @@ def check_input(plan: ClusterPlan, margin: float,
 
 def _history_points(report: Report, verdict: Verdict) -> list[history.Point]:
     return [history.Point(report.run_id, report.started_at, host, CHECK, gbps, "Gbit/s",
-                          report.simulated) for host, gbps in sorted(verdict.node_gbps.items())]
+                          report.simulated, verdict.reference_gbps)
+            for host, gbps in sorted(verdict.node_gbps.items())]
 
 
 def _suspect_checks(report: Report, verdict: Verdict, seconds: int) -> None:
@@ -338,11 +339,14 @@ def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
                     f"({o.median} Gbit/s; {spread}, MAD {o.mad}): within the floor, slower "
                     "than its peers")))
     for d in drift:
+        usual = (f"its usual standing, {d.usual_standing * 100:.0f}% of the fleet's median best "
+                 f"pair over its last {len(d.runs)} runs ({d.reference} Gbit/s against this "
+                 "run's fleet)" if d.usual_standing is not None else
+                 f"the median of its own last {len(d.runs)} runs ({d.reference} Gbit/s)")
         report.checks.append(Check(
             host=d.host, phase="certify", name=f"{d.check}:drift", status="warn",
             measured=d.measured, expected=round(d.reference * (1 - outlier_margin), 4),
-            detail=(f"best pair {d.measured} Gbit/s, {below} the median of its own last "
-                    f"{len(d.runs)} runs ({d.reference} Gbit/s: {', '.join(d.runs)})")))
+            detail=f"best pair {d.measured} Gbit/s, {below} {usual}: {', '.join(d.runs)}"))
 
 
 def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,

@@ -1022,7 +1022,8 @@ def _history(args: argparse.Namespace) -> int:
         console.print(f"no certify figures yet ({history.ledger_path()})")
         return EXIT_OK
     rows = [{"host": host, "run": p.run_id + (" (simulated)" if p.simulated else ""),
-             "figure": f"{p.value:.3g} {p.unit}" if p.value is not None else "nothing measured"}
+             "figure": f"{p.value:.3g} {p.unit}" if p.value is not None else "nothing measured",
+             "fleet median": f"{p.reference:.3g}" if p.reference is not None else "-"}
             for host, pts in by_host.items() for p in pts]
     render.rows_table(console, f"certify figures by node (best pair, {history.ledger_path()})",
                       rows)

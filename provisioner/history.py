@@ -6,9 +6,16 @@ the check, the figure and its unit, and whether the cluster was simulated. A run
 be pruned; the ledger keeps the figures. ``provisioner history [--host H]`` reads it, and
 certify judges drift from it (a node more than the margin below its own recent median).
 
-Drift judging (one place, here): a node's reference is the median of its last ``WINDOW``
-figures on the same check from earlier runs, simulated and real kept apart; a node with fewer
-than ``MIN_RUNS`` earlier figures has no reference yet (nothing is judged, the report says so).
+Drift judging (one place, here): a node's standing in a run is its figure over that run's fleet
+reference (certify's median best pair). Its usual standing is the median of its last
+``WINDOW`` standings on the same check from earlier runs, simulated and real kept apart; a node
+with fewer than ``MIN_RUNS`` earlier figures has no usual standing yet (nothing is judged). A
+node drifted when its standing now is more than the margin below its usual one: it is slower
+than it used to be against the same fleet. Judging the standing rather than the raw figure
+keeps what moves every node at once (a busy controller, the simulated cluster's 2 cores) from
+flagging them all; a fleet that slows as a whole is the reference's own history, not a node's.
+Ledger lines without a reference (none is recorded when nothing was measured) are judged on
+their raw figures.
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ class Point:
     value: float | None
     unit: str
     simulated: bool
+    # The run's fleet reference on the same check (certify: the median best pair); None: none.
+    reference: float | None = None
+
+    @property
+    def standing(self) -> float | None:
+        """The figure over the run's reference (None without either)."""
+        if self.value is None or not self.reference:
+            return None
+        return self.value / self.reference
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,11 @@ class Drift:
     host: str
     check: str
     measured: float | None
+    # What the node would measure at its usual standing against this run's fleet (or, for
+    # lines without a reference, the median of its raw figures).
     reference: float
-    runs: list[str]  # the earlier runs the reference is the median of
+    runs: list[str]  # the earlier runs the usual standing is the median of
+    usual_standing: float | None = None  # the median standing (None: raw figures judged)
 
 
 def ledger_path(root: Path | None = None) -> Path:
@@ -72,12 +91,13 @@ def record(points: Iterable[Point], root: Path | None = None) -> Path:
 def _point(entry: Any) -> Point | None:
     if not isinstance(entry, dict):
         return None
-    value = entry.get("value")
+    value, ref = entry.get("value"), entry.get("reference")
     try:
         return Point(str(entry["run_id"]), str(entry["at"]), str(entry["host"]),
                      str(entry["check"]),
                      float(value) if isinstance(value, (int, float)) else None,
-                     str(entry.get("unit") or ""), bool(entry.get("simulated")))
+                     str(entry.get("unit") or ""), bool(entry.get("simulated")),
+                     float(ref) if isinstance(ref, (int, float)) else None)
     except KeyError:
         return None
 
@@ -124,18 +144,35 @@ def reference(earlier: Sequence[Point]) -> tuple[float, list[str]] | None:
         p.run_id for p in measured]
 
 
+def usual_standing(earlier: Sequence[Point]) -> tuple[float, list[str]] | None:
+    """The median of the last WINDOW standings of ``earlier`` and their runs; None with fewer
+    than MIN_RUNS."""
+    ranked = [p for p in earlier if p.standing is not None][-WINDOW:]
+    if len(ranked) < MIN_RUNS:
+        return None
+    return statistics.median(p.standing for p in ranked if p.standing is not None), [
+        p.run_id for p in ranked]
+
+
 def drift(now: Sequence[Point], earlier: Sequence[Point], margin: float) -> list[Drift]:
-    """The points of ``now`` more than ``margin`` below their own host's reference (same check,
-    simulated with simulated, real with real). A point that measured nothing is judged by the
+    """The points of ``now`` whose standing is more than ``margin`` below their host's usual
+    standing (same check, simulated with simulated, real with real); points without a
+    reference are judged on their raw figures. A point that measured nothing is judged by the
     run's own checks, not here."""
     out = []
     for point in now:
+        if point.value is None:
+            continue
         mine = [p for p in earlier if p.host == point.host and p.check == point.check
                 and p.simulated == point.simulated and p.run_id != point.run_id]
-        ref = reference(mine)
-        if ref is None or point.value is None:
+        usual = usual_standing(mine) if point.standing is not None else None
+        if usual is not None and point.reference:
+            expected = usual[0] * point.reference
+            if point.value < expected * (1 - margin):
+                out.append(Drift(point.host, point.check, point.value, round(expected, 4),
+                                 usual[1], round(usual[0], 4)))
             continue
-        median, runs = ref
-        if point.value < median * (1 - margin):
-            out.append(Drift(point.host, point.check, point.value, round(median, 4), runs))
+        raw = reference(mine) if point.standing is None else None
+        if raw is not None and point.value < raw[0] * (1 - margin):
+            out.append(Drift(point.host, point.check, point.value, round(raw[0], 4), raw[1]))
     return out

@@ -247,12 +247,31 @@ def _check_lines(console: Console, checks: list[Mapping[str, Any]],
             shown += 1
             style = _STYLE.get(str(c["status"]), "")
             console.print(f"[{style}]{c['status']}[/{style}] " + escape(
-                f"{c['host']} {c['name']}: measured {c.get('measured')}, expected "
-                f"{c.get('expected')}: {c.get('detail')}"))
+                f"{c['host']} {c['name']}: measured {readable(c.get('measured'))}, expected "
+                f"{readable(c.get('expected'))}: {c.get('detail')}"))
+
+
+def readable(value: Any) -> str:
+    """A measured or expected value as a person reads it: a mapping as its non-zero entries
+    ("aggregate uncorrectable 2"; "all 0" when every entry is zero or unknown), a list joined
+    with commas, a float to 4 significant digits, a bool as yes/no."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        parts = [f"{str(k).replace('_', ' ')} {readable(v)}" for k, v in value.items()
+                 if v not in (None, 0, 0.0, False, "", [], {})]
+        return ", ".join(parts) if parts else "all 0"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(readable(v) for v in value)
+    return str(value)
 
 
 def _short(value: Any) -> str:
-    text = "" if value is None else str(value)
+    text = readable(value)
     return text if len(text) <= 18 else text[:17] + "…"
 
 

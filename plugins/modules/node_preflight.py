@@ -52,6 +52,12 @@ options:
     type: list
     elements: str
     default: []
+  pci_sysfs_root:
+    description: Where the PCI functions are listed (their C(vendor), C(device), C(class)
+      files), what lspci itself reads; the GPUs are counted there, and with C(lspci -nn) only
+      when it cannot be read.
+    type: str
+    default: /sys/bus/pci/devices
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -92,6 +98,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_firewalld_zones,
     parse_iptables_input,
     parse_lspci_nvidia,
+    parse_pci_sysfs,
     parse_nft_filtering,
 )
 
@@ -159,10 +166,35 @@ def secure_boot():
     return "enabled" if data[-1:] == b"\x01" else "disabled"
 
 
-def pci_devices(module):
+def _read_pci_sysfs(root):
+    """{address: {vendor, device, class}} of every function under ``root``; None when the
+    directory cannot be listed."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    entries = {}
+    for name in names:
+        files = {}
+        for attr in ("vendor", "device", "class"):
+            try:
+                with open(os.path.join(root, name, attr)) as fh:
+                    files[attr] = fh.read()
+            except OSError:
+                files[attr] = ""
+        entries[name] = files
+    return entries
+
+
+def pci_devices(module, sysfs_root):
+    """The NVIDIA functions from sysfs (what lspci reads; present without pciutils), else from
+    ``lspci -nn``; source "sysfs", "lspci" or "unread"."""
+    entries = _read_pci_sysfs(sysfs_root)
+    if entries:
+        return parse_pci_sysfs(entries), "sysfs"
     lspci = module.get_bin_path("lspci")
     if not lspci:
-        return [], "lspci-missing"
+        return [], "unread"
     rc, out, err = module.run_command([lspci, "-nn", "-d", "10de:"])
     if rc != 0:
         module.fail_json(msg="lspci failed", rc=rc, stdout=out, stderr=err)
@@ -227,13 +259,15 @@ def main():
             expected_pci_ids=dict(type="list", elements="str", default=[]),
             secure_boot_ok=dict(type="bool", default=False),
             cluster_ports=dict(type="list", elements="str", default=[]),
+            pci_sysfs_root=dict(type="str", default="/sys/bus/pci/devices"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     kernel = platform.release()
     os_id, version = read_os_release()
-    devices, source = pci_devices(module) if p["expect_gpus"] else ([], "not-checked")
+    devices, source = (pci_devices(module, p["pci_sysfs_root"]) if p["expect_gpus"]
+                       else ([], "not-checked"))
     facts = {
         "os_id": os_id, "os_version": version, "os_dir": os_dir(os_id, version),
         "architecture": platform.machine(),

@@ -554,6 +554,7 @@ def sim_inventory_vars() -> dict[str, Any]:
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
+        "preflight_pci_sysfs_root": SIM_PCI_SYSFS,
         "gpu_validate_kernel_log": SIM_KERNEL_LOG,
         "node_health_ib_sysfs_root": SIM_IB_SYSFS,
         "node_health_pci_sysfs_root": SIM_PCI_SYSFS,

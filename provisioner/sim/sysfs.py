@@ -208,11 +208,29 @@ def _aer_files(counts: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
     return out
 
 
+def _identity(profile: Mapping[str, Any], gpu: bool) -> dict[str, str]:
+    """A function's ``vendor``, ``device`` and ``class`` files (hex, as the kernel prints them):
+    a GPU is NVIDIA's (0x10de) 3D controller (class 0x0302, programming interface 00) with the
+    profile's first PCI device id; an HCA is Mellanox's (0x15b3) InfiniBand (0x0207) or, on a
+    RoCE fabric, Ethernet (0x0200) controller whose device id is its board number's (MT4129 is
+    0x1021, the ConnectX-7)."""
+    if gpu:
+        ids = list(profile.get("pci_device_ids") or ["10de:2330"])
+        device = str(ids[0]).split(":")[-1].lower()
+        return {"vendor": "0x10de\n", "device": f"0x{device}\n", "class": "0x030200\n"}
+    rate = _int_field(profile, "ib_rate_gbps", 400)
+    board = _ADAPTERS.get(rate, _ADAPTERS[400])[1]
+    roce = str(profile.get("fabric", "infiniband")).lower() == "roce"
+    return {"vendor": "0x15b3\n", "device": f"0x{int(board.removeprefix('MT')):04x}\n",
+            "class": "0x020000\n" if roce else "0x020700\n"}
+
+
 def write_pci_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]) -> None:
-    """Write ``<root>/<pci address>/aer_dev_{correctable,fatal,nonfatal}`` for the profile's
-    GPUs and HCAs, with the AER faults applied; a GPU that fell off the bus (gpuN-missing) has
-    no entry. ``root`` plays ``/sys/bus/pci/devices``. Files are only rewritten when their
-    text changes; simulated functions the profile no longer has are removed."""
+    """Write ``<root>/<pci address>/`` for the profile's GPUs and HCAs: ``vendor``, ``device``,
+    ``class`` (what lspci reads) and ``aer_dev_{correctable,fatal,nonfatal}`` with the AER
+    faults applied; a GPU that fell off the bus (gpuN-missing) has no entry. ``root`` plays
+    ``/sys/bus/pci/devices``. Files are only rewritten when their text changes; simulated
+    functions the profile no longer has are removed."""
     gpus = _int_field(profile, "gpu_count", 0)
     by_gpu = _parse_faults(faults, "gpu")
     wanted: dict[str, dict[str, dict[str, int]]] = {}
@@ -224,10 +242,12 @@ def write_pci_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str
             dict(_AER_NONFATAL_FAULT) if "aer-nonfatal" in gpu_faults else {})
     for number in range(_hca_count(profile)):
         wanted[hca_address(number)] = {}
+    gpu_functions = {gpu_address(profile, slot) for slot in range(gpus)}
     for address, counts in wanted.items():
         function = root / address
         _write_if_changed(function / MARKER_NAME, MARKER_TEXT)
-        for name, text in _aer_files(counts).items():
+        files = {**_identity(profile, address in gpu_functions), **_aer_files(counts)}
+        for name, text in files.items():
             _write_if_changed(function / name, text)
     if root.is_dir():
         for function in root.iterdir():

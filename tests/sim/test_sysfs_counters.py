@@ -99,3 +99,21 @@ def test_a_node_gets_both_trees_and_the_link_travels_as_a_symlink() -> None:
     extra = cluster_mod.sim_inventory_vars()
     assert extra["gpu_validate_pci_sysfs_root"] == extra["node_health_pci_sysfs_root"] == PCI_SYSFS
     assert (cluster_mod.SIM_IB_SYSFS, cluster_mod.SIM_PCI_SYSFS) == (IB_SYSFS, PCI_SYSFS)
+
+
+def test_the_pci_functions_say_who_they_are_as_lspci_reads_them(tmp_path: Path) -> None:
+    from gpucluster.preflight import parse_pci_sysfs
+
+    def entries() -> dict[str, dict[str, str]]:
+        return {f.name: {a: (f / a).read_text() for a in ("vendor", "device", "class")}
+                for f in tmp_path.iterdir()}
+
+    write_pci_sysfs(tmp_path, PROFILE, [])
+    gpus = [d for d in parse_pci_sysfs(entries()) if d["kind"] == "gpu"]
+    assert [d["slot"] for d in gpus] == [gpu_address(PROFILE, s) for s in range(8)]
+    assert {d["device_id"] for d in gpus} == {PROFILE["pci_device_ids"][0].lower()}
+    hca = entries()[hca_address(0)]
+    assert (hca["vendor"], hca["class"]) == ("0x15b3\n", "0x020700\n")
+    # A GPU that fell off the bus is gone from the bus.
+    write_pci_sysfs(tmp_path, PROFILE, ["gpu3-missing"])
+    assert len([d for d in parse_pci_sysfs(entries()) if d["kind"] == "gpu"]) == 7

@@ -85,3 +85,32 @@ def test_history_command_shows_each_node_and_refuses_an_unknown_one(
     err = capsys.readouterr().err
     assert "no certify figures for nope" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def ranked(run: int, host: str, value: float, fleet: float) -> Point:
+    return Point(f"run{run:02d}", f"2026-11-27T10:{run:02d}:00+00:00", host, "pair_tcp_bw",
+                 value, "Gbit/s", True, fleet)
+
+
+def test_a_fleet_that_slows_as_a_whole_drifts_no_node() -> None:
+    # Every node at the fleet's median before; now the whole fleet measures 25% lower (a busy
+    # controller): on raw figures every node would drift, by standing none does.
+    earlier = [ranked(i, h, 13.0, 13.0) for i in range(4) for h in ("a", "b", "c")]
+    now = [ranked(9, h, 9.8, 9.8) for h in ("a", "b", "c")]
+    assert history.drift(now, earlier, 0.10) == []
+
+
+def test_a_node_that_fell_behind_its_fleet_drifts() -> None:
+    earlier = [ranked(i, "a", 13.0, 13.0) for i in range(4)]
+    earlier += [ranked(i, "b", 11.7, 13.0) for i in range(4)]  # always 90% of the fleet
+    now = [ranked(9, "a", 8.0, 12.5), ranked(9, "b", 11.0, 12.5)]
+    [d] = history.drift(now, earlier, 0.10)
+    assert (d.host, d.measured, d.reference, d.usual_standing) == ("a", 8.0, 12.5, 1.0)
+    # b stands where it always stood (88% against its usual 90%): no drift.
+    assert history.drift([ranked(9, "b", 11.0, 12.5)], earlier, 0.10) == []
+
+
+def test_the_fleet_reference_is_kept_with_each_point(tmp_path: Path) -> None:
+    history.record([ranked(1, "a", 8.0, 12.5), point(2, "a", 9.0)], tmp_path)
+    got = history.load(root=tmp_path)
+    assert [(p.reference, p.standing) for p in got] == [(12.5, 0.64), (None, None)]

@@ -9,6 +9,7 @@ Only the boundaries are replaced: AnsibleModule (params, get_bin_path, run_comma
 from __future__ import annotations
 
 import builtins
+import os
 from pathlib import Path, PurePath
 from types import SimpleNamespace
 from typing import IO, Any
@@ -123,8 +124,8 @@ def run(monkeypatch: pytest.MonkeyPatch, node: Node, check_mode: bool = False,
 
     fake_os = SimpleNamespace(
         path=SimpleNamespace(exists=lambda p: inside(p).exists(),
-                             isdir=lambda p: inside(p).is_dir()),
-        statvfs=statvfs)
+                             isdir=lambda p: inside(p).is_dir(), join=os.path.join),
+        listdir=lambda p: os.listdir(inside(p)), statvfs=statvfs)
     monkeypatch.setattr(npf, "AnsibleModule", FakeAnsibleModule)
     monkeypatch.setattr(npf, "os", fake_os)
     monkeypatch.setattr(npf, "open", fake_open, raising=False)
@@ -458,23 +459,58 @@ def test_a_failing_lspci_fails_the_module(monkeypatch: pytest.MonkeyPatch, node:
     assert node.commands == [LSPCI]
 
 
-def test_without_lspci_no_gpu_is_seen_and_the_source_says_why(
+def test_without_sysfs_or_lspci_no_gpu_is_seen_and_the_source_says_why(
         monkeypatch: pytest.MonkeyPatch, node: Node) -> None:
     node.tools.discard("lspci")
     result = run(monkeypatch, node, **GPU_POLICY)
     assert (result["preflight"]["pci_devices"], result["preflight"]["pci_source"]) == (
-        [], "lspci-missing")
+        [], "unread")
     assert LSPCI not in node.commands
     assert result["failed_checks"] == ["nvidia_pci_devices"]
 
 
-def test_without_lspci_the_failure_names_the_missing_tool(monkeypatch: pytest.MonkeyPatch,
-                                                          node: Node) -> None:
+def test_without_sysfs_or_lspci_the_failure_names_both(monkeypatch: pytest.MonkeyPatch,
+                                                       node: Node) -> None:
     node.tools.discard("lspci")
     result = run(monkeypatch, node, **GPU_POLICY)
     detail = by_name(result)["nvidia_pci_devices"]["detail"]
     assert "seating" not in detail
-    assert "lspci" in detail and ("not installed" in detail or "missing" in detail)
+    assert "/sys/bus/pci/devices" in detail and "lspci" in detail
+
+
+def pci_function(node: Node, address: str, vendor: str, device: str, cls: str) -> None:
+    for name, value in (("vendor", vendor), ("device", device), ("class", cls)):
+        node.file(f"/sys/bus/pci/devices/{address}/{name}", f"{value}\n")
+
+
+def test_the_gpus_are_counted_from_sysfs_without_pciutils(monkeypatch: pytest.MonkeyPatch,
+                                                          node: Node) -> None:
+    # A node without lspci (a cloud image without pciutils): sysfs is what lspci reads anyway.
+    node.tools.discard("lspci")
+    pci_function(node, "0000:05:00.0", "0x10de", "0x22a3", "0x068000")  # NVSwitch: a bridge
+    pci_function(node, "0000:2a:00.0", "0x10de", "0x2330", "0x030200")
+    pci_function(node, "0000:18:00.0", "0x10de", "0x2330", "0x030200")
+    pci_function(node, "0000:a0:00.0", "0x15b3", "0x1021", "0x020700")  # a ConnectX-7
+    result = run(monkeypatch, node, **GPU_POLICY)
+    assert result["preflight"]["pci_source"] == "sysfs"
+    assert [(d["slot"], d["kind"], d["device_id"]) for d in result["preflight"]["pci_devices"]] == [
+        ("0000:05:00.0", "nvswitch", "10de:22a3"), ("0000:18:00.0", "gpu", "10de:2330"),
+        ("0000:2a:00.0", "gpu", "10de:2330")]
+    checks = by_name(result)
+    assert checks["nvidia_pci_devices"]["status"] == "pass"
+    assert checks["nvidia_pci_devices"]["measured"] == 2
+    assert checks["nvidia_pci_ids"]["status"] == "pass"
+    assert LSPCI not in node.commands
+
+
+def test_a_gpu_missing_from_sysfs_fails_the_count_naming_sysfs(monkeypatch: pytest.MonkeyPatch,
+                                                               node: Node) -> None:
+    pci_function(node, "0000:18:00.0", "0x10de", "0x2330", "0x030200")
+    result = run(monkeypatch, node, **GPU_POLICY)
+    check = by_name(result)["nvidia_pci_devices"]
+    assert (check["status"], check["measured"]) == ("fail", 1)
+    assert check["detail"].startswith("/sys/bus/pci/devices shows 1 NVIDIA GPU(s)")
+    assert LSPCI not in node.commands  # sysfs answered: lspci is not asked
 
 
 # --- clock synchronisation ---

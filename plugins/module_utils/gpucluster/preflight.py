@@ -11,8 +11,10 @@ import re
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
-# lspci -nn class codes: 0300 VGA, 0302 3D controller. NVSwitch shows as a bridge (0680).
-_GPU_CLASSES = ("[0300]", "[0302]")
+# PCI class codes (the PCI-SIG's class code table, as lspci -nn and sysfs show them): 0300 VGA,
+# 0302 3D controller (data-center GPUs); NVSwitch shows as a bridge (0680).
+_GPU_CLASSES = ("0300", "0302")
+NVIDIA_VENDOR = "10de"
 _PCI_LINE = re.compile(r"^(?P<slot>\S+)\s+(?P<desc>.*?\[(?P<cls>[0-9a-f]{4})\].*?)"
                        r"\[(?P<vendor>[0-9a-f]{4}):(?P<device>[0-9a-f]{4})\]", re.I)
 
@@ -25,9 +27,30 @@ def parse_lspci_nvidia(text):
         if not m or m.group("vendor").lower() != "10de":
             continue
         cls = m.group("cls").lower()
-        kind = "gpu" if cls in ("0300", "0302") else ("nvswitch" if cls == "0680" else "other")
         out.append({"slot": m.group("slot"), "class": cls,
-                    "device_id": "10de:" + m.group("device").lower(), "kind": kind})
+                    "device_id": "10de:" + m.group("device").lower(), "kind": _kind(cls)})
+    return out
+
+
+def _kind(cls):
+    return "gpu" if cls in _GPU_CLASSES else ("nvswitch" if cls == "0680" else "other")
+
+
+def parse_pci_sysfs(entries):
+    """NVIDIA devices from ``/sys/bus/pci/devices`` (what lspci itself reads): ``entries`` maps
+    each function's address to its ``vendor``, ``device`` and ``class`` file contents
+    (``0x10de``, ``0x2330``, ``0x030200``: the class file holds class, subclass and
+    programming interface). Same shape as parse_lspci_nvidia, in address order."""
+    out = []
+    for slot in sorted(entries):
+        files = entries[slot] or {}
+        vendor = str(files.get("vendor") or "").strip().lower().replace("0x", "")
+        if vendor != NVIDIA_VENDOR:
+            continue
+        cls = str(files.get("class") or "").strip().lower().replace("0x", "")[:4]
+        device = str(files.get("device") or "").strip().lower().replace("0x", "")
+        out.append({"slot": slot, "class": cls, "device_id": "10de:" + device,
+                    "kind": _kind(cls)})
     return out
 
 
@@ -221,16 +244,18 @@ def _gpu_checks(facts, policy):
     else:
         ok = len(gpus) == int(expected)
         exp = str(expected)
-    if facts.get("pci_source") == "lspci-missing":
+    source = facts.get("pci_source")
+    if source == "unread":
         out.append(check("nvidia_pci_devices", FAIL, None, exp,
-                         "lspci is not installed (package pciutils): the GPUs on the PCI bus "
-                         "cannot be counted; install it and rerun"))
+                         "neither /sys/bus/pci/devices nor lspci (package pciutils) could be "
+                         "read: the GPUs on the PCI bus cannot be counted"))
         return out
+    shown = "lspci" if source == "lspci" else "/sys/bus/pci/devices"
     out.append(check("nvidia_pci_devices", PASS if ok else FAIL, len(gpus), exp,
-                     "NVIDIA GPUs on the PCI bus" if ok else
-                     "lspci shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
+                     "NVIDIA GPUs on the PCI bus (%s)" % shown if ok else
+                     "%s shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
                      "power and BIOS PCIe settings before installing a driver"
-                     % (len(gpus), exp)))
+                     % (shown, len(gpus), exp)))
     wanted = [w.lower() for w in policy.get("expected_pci_ids") or []]
     if wanted and gpus:
         bad = [i for i in ids if i not in wanted]
