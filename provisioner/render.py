@@ -79,7 +79,10 @@ def report(console: Console, data: Mapping[str, Any], *, verbose: bool = False) 
     if len(failures) > 20:
         console.print(f"... {len(failures) - 20} more failures in report.json")
     for host, why in sorted((data.get("lost_hosts") or {}).items()):
-        console.print("[bold red]lost[/] " + escape(
+        # "lost": the run could not reach the node or finish with it; a node that answered and
+        # failed its checks (or a task) failed, and is said so.
+        word = "lost" if why.get("reason") == "unreachable" else "failed"
+        console.print(f"[bold red]{word}[/] " + escape(
             f"{host}: {why.get('reason')} in {why.get('phase')}"
             + (f" ({why.get('task')}: {why.get('message')})" if why.get("task") else "")))
     # A node lost with its executor (`up --executors`) was never tried over ssh from here:

@@ -66,7 +66,7 @@ def test_verbose_report_lists_passed_checks_too() -> None:
     render.report(Console(file=verbose, width=200), data, verbose=True)
     assert "fail gpu-01 busbw: measured 12.5, expected 300" in plain.getvalue()
     assert "pass gpu-01 ddp" not in plain.getvalue()
-    assert "pass gpu-01 ddp: measured True, expected True: loss went down" in verbose.getvalue()
+    assert "pass gpu-01 ddp: measured yes, expected yes: loss went down" in verbose.getvalue()
     assert "SIMULATED" not in verbose.getvalue()
 
 
@@ -76,3 +76,30 @@ def test_flatten_names_nested_keys() -> None:
     assert render.flatten(facts) == [("cas.0.name", "mlx5_0"),
                                      ("cas.0.ports.1.state", "ACTIVE"),
                                      ("rates", "100, 200"), ("errors", ""), ("none", "-")]
+
+
+def test_a_node_that_failed_is_said_failed_and_only_an_unreachable_one_lost() -> None:
+    rep = report(False)
+    rep.lost_hosts = {
+        "gpu-01": {"phase": "validate", "reason": "check failed", "task": "gpu0_memory",
+                   "message": "GPU0: 2 aggregate uncorrectable ECC error(s)"},
+        "gpu-02": {"phase": "stack", "reason": "unreachable", "task": "Gathering Facts",
+                   "message": "ssh: connect to host gpu-02 port 22: No route to host"},
+        "gpu-03": {"phase": "stack", "reason": "failed", "task": "NVIDIA driver | Install",
+                   "message": "E: Unable to locate package"}}
+    rep.checks.append(Check(host="gpu-01", phase="gpu_validate", name="gpu0_memory",
+                            status="fail", measured={"volatile_uncorrectable": 0,
+                                                     "aggregate_uncorrectable": 2,
+                                                     "remap_pending": None},
+                            expected=0, detail="GPU0: 2 aggregate uncorrectable ECC error(s)"))
+    out = io.StringIO()
+    render.report(Console(file=out, width=200), rep.to_dict(), verbose=True)
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("failed gpu-01: check failed in validate") for line in lines)
+    assert any(line.startswith("lost gpu-02: unreachable in stack") for line in lines)
+    assert any(line.startswith("failed gpu-03: failed in stack") for line in lines)
+    assert not any(line.startswith("lost gpu-01") or line.startswith("lost gpu-03")
+                   for line in lines)
+    # The measured mapping as a person reads it, not a Python dict.
+    assert "measured aggregate uncorrectable 2, expected 0" in out.getvalue()
+    assert "{'volatile" not in out.getvalue()
