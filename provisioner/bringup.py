@@ -224,6 +224,7 @@ def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
                                         "end_of_life": note.end, "kind": note.kind,
                                         "hosts": list(note.hosts)})
         report.notes.append(note.text)
+    report.notes.extend(plan.notes)
     for name, host in plan.hosts.items():
         report.hosts[name] = {
             "kind": host.kind,

@@ -1054,6 +1054,8 @@ def _build(inventory: str, stack: str | None = None) -> ClusterPlan:
     cp = plan_mod.build(inventory, stack=stack)
     for note in cp.lifecycle:
         errconsole.print(escape(note.text), soft_wrap=True)
+    for line in cp.notes:
+        errconsole.print(escape(f"note: {line}"), soft_wrap=True)
     if not cp.inventory.simulated:
         sim = sorted(n for n, h in cp.hosts.items() if h.profile is not None
                      and h.profile.simulated)

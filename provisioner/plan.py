@@ -118,6 +118,9 @@ class ClusterPlan:
     # Driver branches ending within 90 days, or past their end where the inventory allows it:
     # one warning line each, recorded in the report.
     lifecycle: list[lifecycle.LifecycleNote] = field(default_factory=list)
+    # What the plan decided for the user where the inventory left a choice open: one line each,
+    # shown by every command that plans.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def simulated(self) -> bool:
@@ -190,11 +193,20 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         fabric = str(entry.vars.get("fabric") or profile.fabric)
         gpu_fabrics.add(fabric)
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
+    no_rdma: list[str] = []
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
-            plan.hosts[name] = HostPlan(
-                name, "cpu", None, None, fabric=_cpu_fabric(where, name, entry.vars, gpu_fabrics),
-                supported_os=tuple(sorted(matrix.repositories.cuda)))
+            cpu_fabric = _cpu_fabric(entry.vars, gpu_fabrics)
+            if cpu_fabric is None:
+                no_rdma.append(name)
+            plan.hosts[name] = HostPlan(name, "cpu", None, None, fabric=cpu_fabric or "ethernet",
+                                        supported_os=tuple(sorted(matrix.repositories.cuda)))
+    if no_rdma:
+        plan.notes.append(
+            f"{len(no_rdma)} CPU node(s) ({', '.join(no_rdma[:5])}"
+            f"{', ...' if len(no_rdma) > 5 else ''}) get no RDMA configuration: the GPU nodes use "
+            f"different fabrics ({', '.join(sorted(gpu_fabrics))}) and they name none; set "
+            "fabric on a CPU node that needs RDMA")
     plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
     try:
@@ -264,14 +276,13 @@ def _replaced(memo: dict[Any, Any], matrix: StackMatrix, stack: ResolvedStack,
     return found
 
 
-def _cpu_fabric(where: str, name: str, hostvars: Mapping[str, Any],
-                gpu_fabrics: set[str]) -> str:
+def _cpu_fabric(hostvars: Mapping[str, Any], gpu_fabrics: set[str]) -> str | None:
     """A CPU node (login, storage, controller) takes its own ``fabric``, else the GPU nodes'
-    one: it sits on their network. GPU nodes on different fabrics leave it ambiguous."""
+    one: it sits on their network. GPU nodes on different fabrics leave it open (None): such
+    a node, usually a login node, gets no RDMA configuration, and the plan says so."""
     own = hostvars.get("fabric")
     if own:
         return str(own)
     if len(gpu_fabrics) == 1:
         return next(iter(gpu_fabrics))
-    raise InputError(f"{where}: host {name}: the GPU nodes use different fabrics "
-                     f"({', '.join(sorted(gpu_fabrics))}); set fabric for this CPU node")
+    return None

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from provisioner import plan as plan_mod
-from provisioner.errors import InputError
 from provisioner.matrix import load_matrix, packages_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,8 +175,22 @@ def test_cpu_node_takes_the_gpu_nodes_fabric_or_must_say(tmp_path: Path) -> None
         "gpu_nodes": {"hosts": {"g1": {"gpu_profile": "pcie-l40s-4gpu"},
                                 "g2": {"gpu_profile": "hgx-h100-8gpu"}}},
         "cpu_nodes": {"hosts": {"c1": {}}}}}})
-    with pytest.raises(InputError, match="host c1: the GPU nodes use different fabrics"):
-        plan_mod.build(inv)
+    # GPU nodes on two fabrics: a CPU node naming none gets no RDMA configuration, and the
+    # plan says so in one line; one that names its fabric keeps it.
+    mixed_plan = plan_mod.build(inv)
+    assert mixed_plan.hosts["c1"].fabric == "ethernet"
+    assert mixed_plan.hosts["c1"].variables()["fabric"] == "ethernet"
+    assert mixed_plan.notes == [
+        "1 CPU node(s) (c1) get no RDMA configuration: the GPU nodes use different fabrics "
+        "(infiniband, roce) and they name none; set fabric on a CPU node that needs RDMA"]
+    named = tmp_path / "named"
+    named.mkdir()
+    inv = write_inventory(named, {"all": {"children": {
+        "gpu_nodes": {"hosts": {"g1": {"gpu_profile": "pcie-l40s-4gpu"},
+                                "g2": {"gpu_profile": "hgx-h100-8gpu"}}},
+        "cpu_nodes": {"hosts": {"c1": {"fabric": "infiniband"}}}}}})
+    assert plan_mod.build(inv).hosts["c1"].fabric == "infiniband"
+    assert plan_mod.build(inv).notes == []
 
 
 def test_proprietary_override_pins_the_proprietary_driver(cluster: plan_mod.ClusterPlan) -> None:
