@@ -3,8 +3,8 @@
 Top-level keys of the result (numbers, lower is better; null with a reason in ``not_measured``
 when a mode did not measure them): ``stack_rerun_over_floor``, ``rerun_8_over_1``,
 ``tuned_over_stock``, ``up_3_nodes_s``, ``plan_2000_hosts_s``,
-``display_us_per_event_2000_hosts``, ``unreachable_node_cost_s``, ``cores``; the detail of every
-measure under ``controller`` and ``cluster``.
+``display_us_per_event_2000_hosts``, ``unreachable_node_cost_s``, ``health_quick_sim_s``,
+``cores``; the detail of every measure under ``controller``, ``node_health`` and ``cluster``.
 
     python bench/run.py                      # controller + simulated cluster (podman), 1,3,8 nodes
     python bench/run.py --controller-only    # no cluster: plan, live display, event folding
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import controller  # noqa: E402
+from bench import controller, node_health  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -46,6 +46,10 @@ HEADLINE = (
     ("unreachable_node_cost_s", "one unreachable node's cost to `validate` (s)", 47.0, 10.0),
     ("display_us_per_event_2000_hosts", "live display per event, 2,000 hosts (us)", 6000.0,
      50.0),
+    # Slurm's Prolog check; the target is a real 8-GPU node's, measured here on the simulated
+    # tools (bench/node_health.py).
+    ("health_quick_sim_s", "`gpuc-health --quick`, simulated 8-GPU node (s, process wall)", None,
+     5.0),
 )
 
 
@@ -87,6 +91,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     keys["plan_2000_hosts_s"] = plan["uniform"]["cli_wall_s"]
     keys["display_us_per_event_2000_hosts"] = display["us_per_event"]
     result["controller"] = {"plan": plan, "display": display, "events": events}
+    health = node_health.quick_bench(repeat=args.repeat)
+    keys["health_quick_sim_s"] = health["quick_best_s"]
+    result["node_health"] = health
 
     if args.controller_only:
         for key, value in keys.items():
@@ -158,6 +165,14 @@ def report(data: dict[str, Any]) -> str:
                          ("events", "events/s", "peak KB", "failures kept", "counted"),
                          [tuple(_cell(ev[k]) for k in ("events", "events_per_s", "peak_kb",
                                                        "failures_kept", "failures_counted"))])
+    nh = data.get("node_health")
+    if nh:
+        text += "\n" + table(
+            f"node: gpuc-health on a SIMULATED {nh['profile']} node (process wall s, best / "
+            f"median of {nh['repeat']})",
+            ("mode", "best s", "median s", "checks"),
+            [(mode, _cell(nh[f"{mode}_best_s"]), _cell(nh[f"{mode}_median_s"]),
+              _cell(nh[f"{mode}_checks"])) for mode in ("quick", "full")])
     cl = data.get("cluster")
     if cl:
         cols = ("up_first_s", "up_first_issue_phases_s", "up_rerun_s", "stack_first_s",
@@ -184,7 +199,8 @@ def report(data: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--controller-only", action="store_true",
-                        help="only what needs no cluster (plan, live display, event folding)")
+                        help="only what needs no cluster (plan, live display, event folding, "
+                             "gpuc-health on simulated tools)")
     parser.add_argument("--skip-cluster", dest="controller_only", action="store_true",
                         help=argparse.SUPPRESS)
     parser.add_argument("--nodes", default="1,3,8",

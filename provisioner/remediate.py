@@ -39,8 +39,9 @@ from provisioner.runner import run_playbook
 SURVEY_PLAYBOOK = "remediate_survey.yml"
 RESET_PLAYBOOK = "remediate_reset.yml"
 RESUME_PLAYBOOK = "resume.yml"
-# The drain reasons the provisioner writes: gpuc-slurm-health ("gpuc: ..."), certify ("gpuc
-# certify ..."), upgrade ("gpuc upgrade to ..."), remediate itself ("gpuc remediate ...").
+# The drain reasons the provisioner writes: gpuc-slurm-health ("gpuc: ..."; as Slurm's Prolog
+# "gpuc prolog: ..."), certify ("gpuc certify ..."), upgrade ("gpuc upgrade to ..."), remediate
+# itself ("gpuc remediate ...").
 OWN_REASON = re.compile(r"^gpuc[ :]")
 REASON_MAX = 200
 

@@ -98,8 +98,8 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_firewalld_zones,
     parse_iptables_input,
     parse_lspci_nvidia,
-    parse_pci_sysfs,
     parse_nft_filtering,
+    parse_pci_sysfs,
 )
 
 _SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"

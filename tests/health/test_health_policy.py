@@ -125,6 +125,29 @@ def test_a_pending_page_retirement_fails_and_retired_pages_alone_pass() -> None:
     assert health.overall(checks) == health.UNHEALTHY
 
 
+def test_judge_quick_judges_only_the_quick_facts() -> None:
+    gpu = {"driver_version": "580.95.05", "gpus": [
+        {"index": 0, "name": "H100", "ecc": {"mode": True}, "remapped_rows": {"pending": True},
+         "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": False}}]}
+    fatal = {"events": [{"xid": 79, "pci": "0000:19:00.0", "fatal": True}]}
+    facts = {"gpu": gpu, "nvlink": {}, "ib": {}, "fabricmanager": "inactive", "xid": fatal,
+             "dcgm_health": {"overall": "Failure", "incidents": []},
+             "measured": {"cuda_toolkit": None}}
+    expected = {"gpu_count": 1, "gpu_model": "H100", "driver_version": "580.95.05",
+                "nvswitch": True}
+    quick = health.judge_quick(facts, expected)
+    failed = {c["name"] for c in quick if c["status"] == "fail"}
+    assert failed == {"gpu0_memory", "fabricmanager"}
+    names = {c["name"] for c in quick}
+    assert not names & {"xid", "dcgm_health", "cuda_version"}
+    assert set(health.QUICK_FACTS) == {"gpu", "nvlink", "ib", "fabricmanager"}
+    # The full check judges the same facts with the same functions, and the rest besides.
+    full = health.judge(facts, expected, {"cuda_version": "13.0"})
+    by_full = {c["name"]: c for c in full}
+    assert all(by_full[c["name"]] == c for c in quick)
+    assert {"xid", "dcgm_health", "cuda_version"} <= set(by_full)
+
+
 def test_label_values_are_escaped() -> None:
     res = health.result("h", [{"name": 'a"b\\c', "status": "fail"}], [], {"name": "s\n"}, {},
                         0.0, 1.0)

@@ -1,6 +1,6 @@
 """The bench's own logic (no timings asserted): the profiling recap parser on real
 profile_tasks/profile_roles output, the headline keys from cluster rows, and the controller
-measures on a small scale."""
+and node (gpuc-health on simulated tools) measures on a small scale."""
 
 from __future__ import annotations
 
@@ -121,3 +121,26 @@ def test_the_issue_phases_are_summed_from_the_report(tmp_path: Path) -> None:
     assert phases == {"preflight": 1.5, "stack": 10.0, "fabric": 4.0, "validate": 2.0,
                       "monitoring": 7.0}
     assert sum(phases[p] for p in cluster.ISSUE_UP_PHASES) == 17.5
+
+
+def test_the_node_health_bench_runs_both_modes_on_a_healthy_simulated_node() -> None:
+    from bench import node_health, run
+
+    measured = node_health.quick_bench(repeat=1)
+    assert measured["quick_checks"] < measured["full_checks"]
+    assert measured["quick_best_s"] > 0 and measured["full_best_s"] > 0
+    text = run.report({"timestamp": "t", "mode": "controller-only", "cores": 2,
+                       "load_average_at_start": [0.0], "not_measured": {},
+                       "health_quick_sim_s": measured["quick_best_s"],
+                       "controller": {"plan": {"repeat": 1, **{
+                           name: dict.fromkeys(("cli_wall_s", "cli_cpu_s", "build_first_s",
+                                                "build_best_s"), 1.0)
+                           for name in ("uniform", "mixed")}},
+                           "display": dict.fromkeys((
+                               "hosts", "events", "us_per_event", "memory_after_every_host_kb",
+                               "memory_after_all_events_kb", "memory_growth_bytes_per_event",
+                               "memory_peak_kb"), 1),
+                           "events": dict.fromkeys(("events", "events_per_s", "peak_kb",
+                                                    "failures_kept", "failures_counted"), 1)},
+                       "node_health": measured})
+    assert "health_quick_sim_s" in text and "gpuc-health on a SIMULATED sim-h100-8gpu" in text

@@ -47,6 +47,11 @@ def test_it_takes_drained_idle_nodes_with_its_own_reasons() -> None:
         "gpu-01", "gpu-02", "gpu-03", "gpu-05"]
 
 
+def test_a_node_slurms_prolog_drained_is_taken() -> None:
+    states = remediate.parse_sinfo(["gpu-01|drained|gpuc prolog: gpu_count: 7 of 8 GPUs visible"])
+    assert remediate.choose(states, ["gpu-01"], any_reason=False)["gpu-01"].taken
+
+
 def inventory(tmp_path: Path, slurm: bool = True) -> Path:
     hosts = {f"gpu-0{i}": {"gpu_profile": "hgx-h100-8gpu", "ansible_host": f"gpu-0{i}.invalid"}
              for i in range(1, 7)}

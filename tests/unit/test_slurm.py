@@ -1,7 +1,7 @@
 """Slurm: when the inventory asks for it, which launcher the smoke job gets, the files the roles
-render (slurm.conf, gres.conf), the srun line of the smoke job, the simulated inventory, and the
-HealthCheckProgram that drains a node (run for real against a stand-in gpuc-health and
-scontrol)."""
+render (slurm.conf with its HealthCheckProgram and Prolog, gres.conf), the srun line of the smoke
+job, the simulated inventory, and the HealthCheckProgram that drains a node (run for real against
+a stand-in gpuc-health and scontrol; its Prolog mode: test_slurm_prolog.py)."""
 
 from __future__ import annotations
 
@@ -135,6 +135,25 @@ def test_container_settings_and_no_health_check_are_variables() -> None:
                        slurm_controller_health_check_program="")
     assert "ProctrackType=proctrack/linuxproc" in lines and "TaskPlugin=task/none" in lines
     assert not [line for line in lines if line.startswith("HealthCheck")]
+
+
+def test_the_prolog_is_the_nodes_wrapper_run_at_allocation() -> None:
+    prolog = [line for line in slurm_conf() if line.startswith("Prolog")]
+    node = yaml.safe_load((ROOT / "roles" / "slurm_node" / "defaults" / "main.yml").read_text())
+    # The controller names the file the node role installs (slurm_node_prolog_path).
+    assert prolog == [f"Prolog={node['slurm_node_prolog_path']}", "PrologFlags=Alloc"]
+    assert node["slurm_node_prolog"] is True
+
+
+@pytest.mark.parametrize(("variables", "want"), [
+    ({"slurm_controller_prolog": ""}, []),
+    ({"slurm_controller_prolog_flags": []}, ["Prolog=/usr/local/sbin/gpuc-slurm-prolog"]),
+    ({"slurm_controller_prolog": "/opt/site/prolog", "slurm_controller_prolog_flags":
+      ["Alloc", "Contain"]}, ["Prolog=/opt/site/prolog", "PrologFlags=Alloc,Contain"]),
+])
+def test_the_prolog_and_its_flags_are_variables(variables: dict[str, Any],
+                                                want: list[str]) -> None:
+    assert [line for line in slurm_conf(**variables) if line.startswith("Prolog")] == want
 
 
 @pytest.mark.parametrize(("autodetect", "count", "want"), [

@@ -178,6 +178,27 @@ def judge(facts, expected, stack):
     return checks
 
 
+# What `gpuc-health --quick` (Slurm's Prolog, before each job) reads: one nvidia-smi -q -x (the
+# GPUs, their memory, PCIe, driver, retired pages, clocks), nvidia-smi nvlink -s where NVLink is
+# planned, the RDMA ports' sysfs where HCAs are, and the fabric manager's state on NVSwitch
+# systems. Not read there: the kernel log (xid), the error counters, DCGM's health watches and
+# the installed CUDA toolkit and NCCL (the full check and validate judge those).
+QUICK_FACTS = ("gpu", "nvlink", "ib", "fabricmanager")
+
+
+def judge_quick(facts, expected):
+    """The checks of one quick run, with the same functions and thresholds as judge: those of
+    the QUICK_FACTS present in ``facts``. Whether a job can start on the node now: a fatal Xid
+    that left the GPU unusable shows here as its symptom (fallen off the bus: gpu_count; an
+    uncorrectable memory error or a pending remap: gpuN_memory), the Xid itself in the full
+    check."""
+    checks = evaluate({k: facts[k] for k in ("gpu", "nvlink", "ib") if k in facts}, expected)
+    checks.extend(gpu_extra_checks(facts.get("gpu")))
+    if "fabricmanager" in facts:
+        checks.extend(fabricmanager_check(expected.get("nvswitch"), facts["fabricmanager"]))
+    return checks
+
+
 def overall(checks, problems=()):
     """The exit status: UNKNOWN when the program could not check (``problems``), else the
     worst check (fail -> UNHEALTHY, warn -> DEGRADED)."""
@@ -191,10 +212,12 @@ def overall(checks, problems=()):
     return HEALTHY
 
 
-def result(host, checks, problems, stack, measured, started, finished):
+def result(host, checks, problems, stack, measured, started, finished, mode="full"):
+    """``mode``: "full" (judge) or "quick" (judge_quick)."""
     status = overall(checks, problems)
     return {
         "host": host,
+        "mode": mode,
         "status": status,
         "status_name": STATUS_NAMES[status],
         "problems": list(problems),

@@ -8,6 +8,19 @@ program (../lib/gpuc-health/gpucluster) by the node_health role. What it compare
 expectations file the role writes from the plan (--expectations), and for the error counters the
 baseline it keeps in its state file (--state).
 
+With --quick (Slurm's Prolog runs it before each job, through gpuc-slurm-health) it judges only
+what says whether a job can start on the node now: the GPUs the plan names (count, model, none
+fallen off the bus), their memory (no uncorrectable ECC error, no pending row remap or page
+retirement), PCIe width, the loaded driver, NVLink and the RDMA ports where planned, and the
+fabric manager on NVSwitch systems. It reads them from one `nvidia-smi -q -x`, with `nvidia-smi
+nvlink -s` beside it where the plan has NVLink, the RDMA sysfs tree and `systemctl is-active`,
+and leaves out what is slow or needs history: the kernel log's Xid events (journalctl reads the
+whole boot's log, which grows with the uptime, and the events are judged against the last run's
+state), DCGM's health watches (dcgmi asks the host engine), the error counters (judged by their
+rise against a baseline) and the installed CUDA toolkit and NCCL (they change with an install,
+not between two jobs). It reads and writes no state, and no textfile. A tool that does not answer within its
+quick bound (QUICK_TOOL_TIMEOUT) makes it "could not check" (exit 3), not unhealthy.
+
 Exit status: 0 healthy, 1 degraded, 2 unhealthy, 3 could not check (bad usage included).
 """
 
@@ -37,6 +50,14 @@ from gpucluster.nvsmi_xml import parse_nvidia_smi_xml  # noqa: E402
 from gpucluster.xid import FATAL_XIDS, parse_xid  # noqa: E402
 
 TOOL_TIMEOUT = 10  # seconds; a hung nvidia-smi is itself a finding
+TIMED_OUT = 124  # run()'s exit status for a tool past its bound (timeout(1)'s)
+# --quick runs before each job (Slurm's Prolog), each tool bounded by this, within
+# gpuc-slurm-health's bound on the whole check (PROLOG_TIMEOUT there, which must exceed it).
+# A tool past it is "could not check" there, not a finding: without persistence mode a driver
+# client "may incur a short (order of 1-3 second) startup cost per GPU due to ECC scrubbing"
+# (NVIDIA's Driver Persistence guide, Overview), which a healthy 8-GPU node can exceed; the full
+# check, with TOOL_TIMEOUT, judges a hung tool.
+QUICK_TOOL_TIMEOUT = 6
 EXIT_UNKNOWN = health.UNKNOWN
 
 
@@ -46,16 +67,16 @@ class Usage(argparse.ArgumentParser):
         sys.exit(EXIT_UNKNOWN)
 
 
-def run(args: list[str]) -> tuple[int, str, str] | None:
+def run(args: list[str], timeout: float = TOOL_TIMEOUT) -> tuple[int, str, str] | None:
     """(rc, stdout, stderr) of a tool, None when it is not installed."""
     path = shutil.which(args[0])
     if path is None:
         return None
     try:
         done = subprocess.run([path, *args[1:]], capture_output=True, text=True,
-                              timeout=TOOL_TIMEOUT, check=False)
+                              timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return 124, "", f"{args[0]} did not answer within {TOOL_TIMEOUT} s"
+        return TIMED_OUT, "", f"{' '.join(args)} did not answer within {timeout:g} s"
     return done.returncode, done.stdout, done.stderr
 
 
@@ -147,49 +168,85 @@ def write_atomic(directory: str, name: str, text: str) -> None:
         raise
 
 
-def check_node(opts: argparse.Namespace) -> dict[str, Any]:
-    started = time.time()
+def read_plan(path: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(expected, stack, problems) from the expectations file the node_health role writes."""
     problems: list[str] = []
     try:
-        plan = load_json(opts.expectations)
+        plan = load_json(path)
     except ValueError as exc:
-        plan, problems = None, [f"{opts.expectations}: not JSON ({exc})"]
+        plan, problems = None, [f"{path}: not JSON ({exc})"]
     if not isinstance(plan, dict) and not problems:
-        problems.append(f"{opts.expectations}: missing or empty (run the node_health role)")
+        problems.append(f"{path}: missing or empty (run the node_health role)")
     plan = plan if isinstance(plan, dict) else {}
     expected = dict(plan.get("expected") or {})
     stack = dict(plan.get("stack") or {})
     if stack.get("driver_version") and not expected.get("driver_version"):
         expected["driver_version"] = stack["driver_version"]
+    return expected, stack, problems
+
+
+def start_device_reads(pool: concurrent.futures.Executor, opts: argparse.Namespace,
+                       expected: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """What both modes read, started at once: `nvidia-smi -q -x`, `nvidia-smi nvlink -s` where
+    the plan has NVLink, the fabric manager's state where it has NVSwitch."""
+    return {
+        "smi": pool.submit(run, ["nvidia-smi", "-q", "-x"], timeout),
+        "nvl": pool.submit(run, ["nvidia-smi", "nvlink", "-s"], timeout)
+        if expected.get("nvlink_links_per_gpu") else None,
+        "fm": pool.submit(run, ["systemctl", "is-active", opts.fabricmanager_unit], timeout)
+        if expected.get("nvswitch") else None,
+    }
+
+
+def device_facts(reads: dict[str, Any], opts: argparse.Namespace, expected: dict[str, Any],
+                 problems: list[str]) -> dict[str, Any]:
+    """The facts of start_device_reads (waiting for them), and the RDMA ports where planned."""
     facts: dict[str, Any] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        smi = pool.submit(run, ["nvidia-smi", "-q", "-x"])
-        nvl = pool.submit(run, ["nvidia-smi", "nvlink", "-s"]) \
-            if expected.get("nvlink_links_per_gpu") else None
-        dcgm = pool.submit(dcgm_health)
-        log = pool.submit(kernel_log, opts.kernel_log)
-        fm = pool.submit(run, ["systemctl", "is-active", opts.fabricmanager_unit]) \
-            if expected.get("nvswitch") else None
-        if smi.result() is None:
-            problems.append("nvidia-smi not found (is the driver installed?)")
-        facts["gpu"] = parsed(parse_nvidia_smi_xml, smi.result(), "nvidia-smi")
-        if nvl is not None:
-            facts["nvlink"] = parsed(parse_nvlink_status, nvl.result(), "nvidia-smi nvlink")
-        else:
-            facts["nvlink"] = {}
-        facts["dcgm_health"] = dcgm.result()
-        if fm is not None:
-            answer = fm.result()
-            facts["fabricmanager"] = answer[1].strip() if answer else None
-        else:
-            facts["fabricmanager"] = None
-        text = log.result()
+    smi = reads["smi"].result()
+    if smi is None:
+        problems.append("nvidia-smi not found (is the driver installed?)")
+    facts["gpu"] = parsed(parse_nvidia_smi_xml, smi, "nvidia-smi")
+    nvl = reads["nvl"]
+    facts["nvlink"] = {} if nvl is None else parsed(parse_nvlink_status, nvl.result(),
+                                                    "nvidia-smi nvlink")
+    answer = reads["fm"].result() if reads["fm"] is not None else None
+    facts["fabricmanager"] = answer[1].strip() if answer else None
     if expected.get("ib_hcas"):
         root = opts.ib_sysfs_root
         facts["ib"] = read_ib_sysfs(root) if os.path.isdir(root) else {
             "error": f"{root} does not exist (no RDMA devices or driver)"}
     else:
         facts["ib"] = {}
+    return facts
+
+
+def check_quick(opts: argparse.Namespace) -> dict[str, Any]:
+    """--quick: the devices only (see the module's docstring), no state."""
+    started = time.time()
+    expected, stack, problems = read_plan(opts.expectations)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        reads = start_device_reads(pool, opts, expected, QUICK_TOOL_TIMEOUT)
+        facts = device_facts(reads, opts, expected, problems)
+    answers = [read.result() for read in reads.values() if read is not None]
+    problems.extend(f"{a[2]} (--quick's bound; the full check judges a tool that hangs)"
+                    for a in answers if a is not None and a[0] == TIMED_OUT)
+    gpu = facts["gpu"]
+    measured = {"driver": gpu.get("driver_version"), "driver_cuda": gpu.get("cuda_version")}
+    checks = health.judge_quick(facts, expected) if not problems else []
+    return dict(health.result(socket.gethostname(), checks, problems, stack, measured, started,
+                              time.time(), mode="quick"))
+
+
+def check_node(opts: argparse.Namespace) -> dict[str, Any]:
+    started = time.time()
+    expected, stack, problems = read_plan(opts.expectations)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=5) as pool:
+        reads = start_device_reads(pool, opts, expected, TOOL_TIMEOUT)
+        dcgm = pool.submit(dcgm_health)
+        log = pool.submit(kernel_log, opts.kernel_log)
+        facts = device_facts(reads, opts, expected, problems)
+        facts["dcgm_health"] = dcgm.result()
+        text = log.result()
     boot_id = (read_text("/proc/sys/kernel/random/boot_id") or "").strip()
     try:
         state_before = load_json(opts.state) if opts.state else None
@@ -289,13 +346,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ping", action="append", metavar="PEER",
                         help="latency probe mode: ping PEER (NAME or NAME=ADDRESS, repeatable) "
                              "instead of checking")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the devices a job needs now (Slurm's Prolog): nvidia-smi, "
+                             "NVLink, RDMA ports, fabric manager; no kernel log, DCGM, "
+                             "counters or toolkit, and no state (--state, --kernel-log, "
+                             "--pci-sysfs-root and the like are accepted and not used)")
     opts = parser.parse_args(argv)
     if opts.textfile and not os.path.isdir(opts.textfile):
         parser.error(f"--textfile {opts.textfile}: not a directory")
+    if opts.quick and (opts.textfile or opts.ping):
+        # The textfile holds the full check's metrics; a quick run would drop the others.
+        parser.error("--quick takes neither --textfile nor --ping")
     if opts.ping:
         return ping_peers(opts)
     try:
-        res = check_node(opts)
+        res = check_quick(opts) if opts.quick else check_node(opts)
     except OSError as exc:
         sys.stderr.write(f"gpuc-health: {exc}\n")
         return EXIT_UNKNOWN
