@@ -32,6 +32,11 @@ suspects'.
 
 The figures are TCP over the nodes' cluster addresses (ansible_host): what the Slurm daemons,
 the smoke job's rendezvous, NCCL's bootstrap and gloo use. They are not NCCL's GPU bandwidth.
+
+Levels: ``quick`` (the default) is the pairs alone; ``burn-in`` adds, after the pairs, the GPU
+nodes' burn-in (provisioner/burnin.py judges it): its failed checks are suspects too, their
+component the GPU they name (``gpu:<index>``) or ``node``, drained with ``--drain`` like the
+pairs' suspect nodes.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provisioner import history
+from provisioner import burnin, history
 from provisioner.errors import InputError
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report, new_run_id, runs_dir
@@ -67,6 +72,8 @@ OUTLIER_Z = 3.0
 MAD_TO_SIGMA = 1.4826
 SECONDS = 4
 PORT = 29599
+QUICK, BURN_IN = "quick", "burn-in"
+LEVELS = (QUICK, BURN_IN)
 
 
 @dataclass(frozen=True)
@@ -283,6 +290,8 @@ class CertifyRun:
     verdict: Verdict
     pairs: list[PairResult]
     drained: dict[str, str] = field(default_factory=dict)
+    # --level burn-in: the GPU nodes' burn-in, judged (None at the quick level).
+    burn_in: burnin.BurnIn | None = None
 
 
 def _addresses(plan: ClusterPlan) -> dict[str, str]:
@@ -291,8 +300,10 @@ def _addresses(plan: ClusterPlan) -> dict[str, str]:
 
 
 def check_input(plan: ClusterPlan, margin: float,
-                outlier_margin: float = OUTLIER_MARGIN) -> None:
+                outlier_margin: float = OUTLIER_MARGIN, level: str = QUICK) -> None:
     """One line (InputError) for what certify cannot run with, before anything starts."""
+    if level not in LEVELS:
+        raise InputError(f"certify: --level must be one of {', '.join(LEVELS)}, not {level!r}")
     if len(plan.hosts) < 2:
         raise InputError("certify: the inventory has one node; pairs need at least two")
     for option, value in (("--margin", margin), ("--outlier-margin", outlier_margin)):
@@ -349,10 +360,37 @@ def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
             detail=f"best pair {d.measured} Gbit/s, {below} {usual}: {', '.join(d.runs)}"))
 
 
+def burn_in_suspects(burn: burnin.BurnIn) -> list[Suspect]:
+    """A suspect for each failed burn-in check: one per GPU it names, else its node."""
+    out = []
+    for c in burn.failed:
+        measured = c.measured if isinstance(c.measured, (int, float)) else None
+        # The soak's expectation is a band [low, high]: its low end stands for it here.
+        bound = c.expected[0] if isinstance(c.expected, list) and c.expected else c.expected
+        expected = bound if isinstance(bound, (int, float)) else 0.0
+        for component in [f"gpu:{g}" for g in c.gpus] or ["node"]:
+            out.append(Suspect(c.host, component, c.name, measured, expected, [c.detail]))
+    return out
+
+
+def _burn_in(plan: ClusterPlan, report: Report, run_dir: Path, seconds: int,
+             on_progress: ProgressCallback | None) -> burnin.BurnIn:
+    """The burn-in after the pairs: its playbook a phase of the report, each check a report
+    check (phase ``certify burn-in``)."""
+    burn = burnin.run(plan, run_dir, seconds, on_progress)
+    if burn.result is not None:
+        report.add_phase("certify burn-in", burn.result)
+    report.checks += [Check(host=c.host, phase="certify burn-in", name=c.name, status=c.status,
+                            measured=c.measured, expected=c.expected, detail=c.detail)
+                      for c in burn.checks]
+    return burn
+
+
 def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         outlier_margin: float = OUTLIER_MARGIN, seconds: int = SECONDS,
-        on_progress: ProgressCallback | None = None, timeout_s: int = 900) -> CertifyRun:
-    check_input(plan, margin, outlier_margin)
+        on_progress: ProgressCallback | None = None, timeout_s: int = 900,
+        level: str = QUICK, burn_seconds: int = burnin.BURN_SECONDS) -> CertifyRun:
+    check_input(plan, margin, outlier_margin, level)
     hosts = sorted(plan.hosts)
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
@@ -384,34 +422,45 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         pairs = better_of(pairs, pair_results(again_rounds, again.reports))
         verdict = judge(pairs, margin, outlier_margin)
     _suspect_checks(report, verdict, seconds)
+    burn = _burn_in(plan, report, run_dir, burn_seconds, on_progress) if level == BURN_IN \
+        else None
+    burned = burn_in_suspects(burn) if burn is not None else []
+    ok = ok and (burn is None or burn.result is None or burn.result.ok)
     points = _history_points(report, verdict)
     drift = history.drift(points, history.load(check=CHECK), outlier_margin)
     _warnings(report, verdict, drift, outlier_margin)
-    drained = run_drain(plan, run_dir, verdict) if drain else {}
+    drained = run_drain(plan, run_dir, verdict, burned) if drain else {}
     report.certify = {
-        "check": CHECK, "margin": margin, "outlier_margin": outlier_margin,
+        "check": CHECK, "level": level, "margin": margin, "outlier_margin": outlier_margin,
         "seconds": seconds,
         "reference_gbps": verdict.reference_gbps, "node_gbps": verdict.node_gbps,
         "pairs": [{**asdict(p), "gbps": p.gbps} for p in pairs],
-        "suspects": [asdict(s) for s in verdict.suspects],
+        "suspects": [asdict(s) for s in [*verdict.suspects, *burned]],
         "outliers": [asdict(o) for o in verdict.outliers],
         "drift": [asdict(d) for d in drift],
         "drained": drained,
+        **({"burnin": burnin.section(burn, burn_seconds)} if burn is not None else {}),
     }
     _record(report, points)
-    code = 1 if verdict.suspects or not ok else 0
+    code = 1 if verdict.suspects or burned or not ok else 0
     report.finish(code)
     report.save(run_dir)
-    return CertifyRun(report, run_dir, verdict, pairs, drained)
+    return CertifyRun(report, run_dir, verdict, pairs, drained, burn)
 
 
-def run_drain(plan: ClusterPlan, run_dir: Path, verdict: Verdict) -> dict[str, str]:
-    """Drain the suspect nodes in Slurm with the check as the reason; {} without Slurm."""
+def run_drain(plan: ClusterPlan, run_dir: Path, verdict: Verdict,
+              burned: Sequence[Suspect] = ()) -> dict[str, str]:
+    """Drain the suspect nodes in Slurm with the check as the reason; {} without Slurm. A node
+    with burn-in suspects (``burned``: its GPUs or itself) is drained with the first one."""
     groups = {g for e in plan.inventory.hosts.values() for g in e.groups}
     nodes = {s.host: (f"gpuc certify {s.check}: best pair {s.measured} Gbit/s < "
                       f"{s.expected} Gbit/s")
              for s in verdict.suspects if s.component == "node"
              and s.host in plan.hosts and plan.hosts[s.host].kind == "gpu"}
+    for s in burned:
+        if s.host in plan.hosts and plan.hosts[s.host].kind == "gpu":
+            nodes.setdefault(s.host, f"gpuc certify {s.check}: {s.component} measured "
+                                     f"{s.measured}, expected {s.expected}")
     if not nodes or "slurm_controller" not in groups:
         return {}
     result = run_playbook(DRAIN_PLAYBOOK, [plan.inventory.source], run_dir, "02-drain",

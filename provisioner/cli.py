@@ -30,6 +30,7 @@ from provisioner.errors import InputError, ProvisionerError
 
 if TYPE_CHECKING:  # heavy imports stay out of `provisioner --help`
     from provisioner.bringup import RunOptions
+    from provisioner.burnin import BurnIn
     from provisioner.plan import ClusterPlan
     from provisioner.results import ProgressCallback, ProgressEvent
 
@@ -346,6 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default 10)")
     cert.add_argument("--seconds", type=_seconds, default=4,
                       help="how long each pair sends (default 4)")
+    cert.add_argument("--level", choices=["quick", "burn-in"], default="quick",
+                      help="quick (default): the pairs alone; burn-in: then every GPU node runs "
+                           "DCGM's diagnostic (level 3), copy bandwidth per GPU (nvbandwidth or "
+                           "PyTorch), a sustained load sampled for hardware clock slowdown, an "
+                           "NCCL all-reduce soak and an Xid check; a failure names the GPU")
+    cert.add_argument("--burn-seconds", type=_seconds, default=60,
+                      help="with --level burn-in: how long the sustained load and the NCCL "
+                           "soak each run (default 60)")
     _json_option(cert, "the certify section of the run's report")
 
     rem = sub.add_parser("remediate", help="take the drained GPU nodes back into service: reset "
@@ -953,13 +962,15 @@ def _certify(args: argparse.Namespace) -> int:
     from provisioner import certify, render
 
     cp = _build(args.inventory)
-    certify.check_input(cp, args.margin / 100, args.outlier_margin / 100)
+    certify.check_input(cp, args.margin / 100, args.outlier_margin / 100, args.level)
     if cp.simulated:
         render.simulated_banner(_chatter(args))
-    with _display_factory(args)("certify (certify.yml)") as progress:
+    books = "certify.yml" + (", certify_burnin.yml" if args.level == certify.BURN_IN else "")
+    with _display_factory(args)(f"certify ({books})") as progress:
         done = certify.run(cp, drain=args.drain, margin=args.margin / 100,
                            outlier_margin=args.outlier_margin / 100, seconds=args.seconds,
-                           on_progress=progress)
+                           on_progress=progress, level=args.level,
+                           burn_seconds=args.burn_seconds)
     section = done.report.certify or {}
     if args.json:
         print(render.as_json({"run_id": done.report.run_id, "simulated": cp.simulated,
@@ -977,16 +988,32 @@ def _certify(args: argparse.Namespace) -> int:
     for s in done.verdict.suspects:
         console.print(f"SUSPECT {s.host} ({s.component}): {s.check} {s.measured} Gbit/s "
                       f"< {s.expected} Gbit/s; evidence: {'; '.join(s.evidence)}")
-    for node, reason in done.drained.items():
-        console.print(f"drained {node} in Slurm: {reason}")
     if not done.verdict.suspects:
         console.print("no suspect: every node has a pair at the reference")
+    if done.burn_in is not None:
+        _certify_burn_in(done.burn_in)
+    for node, reason in done.drained.items():
+        console.print(f"drained {node} in Slurm: {reason}")
     for c in done.report.checks:
         if c.status == "warn":
             kind = c.name.rsplit(":", 1)[-1].upper()
             console.print(f"{kind} {escape(c.host)}: {escape(c.detail)}")
     console.print(f"report: {done.run_dir / 'report.json'}")
     return done.report.exit_code
+
+
+def _certify_burn_in(burn: BurnIn) -> None:
+    """The burn-in's checks that did not pass, one row each, and its suspects."""
+    from provisioner import certify, render
+
+    rows = [{"node": c.host, "check": c.name, "status": c.status.upper(),
+             "detail": c.detail} for c in burn.checks if c.status != "pass"]
+    passed = sum(c.status == "pass" for c in burn.checks)
+    console.print(f"burn-in: {passed} of {len(burn.checks)} checks passed")
+    render.rows_table(console, "burn-in checks that did not pass", rows)
+    for s in certify.burn_in_suspects(burn):
+        console.print(f"SUSPECT {escape(s.host)} ({s.component}): {s.check} measured "
+                      f"{s.measured}, expected {s.expected}; {escape('; '.join(s.evidence))}")
 
 
 def _remediate(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from provisioner.errors import InputError
+from provisioner.pcie import pcie_gbps
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 PROFILES_FILE = DATA_DIR / "profiles.yml"
@@ -30,7 +31,7 @@ SIM_FIELDS: tuple[str, ...] = (
     "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
     "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
     "ib_hcas", "ib_rate_gbps", "fabric", "busbw_floor_intra_gbps", "busbw_floor_inter_gbps",
-    "simulated",
+    "memory_bandwidth_gbps", "simulated",
 )
 
 
@@ -94,6 +95,15 @@ class Profile(BaseModel):
     busbw_floor_inter_gbps: float = Field(gt=0)
     # Gb/s per HCA for perftest ib_write_bw; 0 = no floor (see profiles.yml's header).
     ib_write_bw_floor_gbps: float = Field(default=0.0, ge=0)
+    # GB/s, the GPU's memory bandwidth in its datasheet (the simulated nvbandwidth's local copy
+    # derives from it, and the local-copy floor must leave room under it); None: not given.
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
+    # `provisioner certify --level burn-in` floors, per GPU (see profiles.yml's header for what
+    # each is judged over); None: no floor, the check is skipped saying so.
+    copy_h2d_gbps_min: float | None = Field(default=None, gt=0)
+    copy_d2h_gbps_min: float | None = Field(default=None, gt=0)
+    copy_d2d_gbps_min: float | None = Field(default=None, gt=0)
+    burn_tflops_min: float | None = Field(default=None, gt=0)
     simulated: bool
     sources: tuple[str, ...] = Field(min_length=1)
 
@@ -120,6 +130,18 @@ class Profile(BaseModel):
                              "be met")
         if self.fabric in ("infiniband", "roce") and self.ib_hcas == 0:
             raise ValueError(f"fabric: {self.fabric} needs ib_hcas > 0 (RDMA adapters)")
+        line = pcie_gbps(self.pcie_gen, self.pcie_width)
+        for key in ("copy_h2d_gbps_min", "copy_d2h_gbps_min"):
+            floor = getattr(self, key)
+            if floor is not None and floor > line:
+                raise ValueError(f"{key} {floor:g} is above the PCIe Gen{self.pcie_gen} "
+                                 f"x{self.pcie_width} line rate ({line:.1f} GB/s per direction) "
+                                 "and could never be met")
+        if (self.copy_d2d_gbps_min is not None and self.memory_bandwidth_gbps is not None
+                and self.copy_d2d_gbps_min > self.memory_bandwidth_gbps / 2):
+            raise ValueError(f"copy_d2d_gbps_min {self.copy_d2d_gbps_min:g} is above half the "
+                             f"memory bandwidth ({self.memory_bandwidth_gbps:g} GB/s: a local "
+                             "copy reads and writes every byte) and could never be met")
         return self
 
     def sim_json(self) -> dict[str, Any]:

@@ -519,8 +519,10 @@ def _suspects(suspects: list[Mapping[str, Any]], marked: set[str]) -> str:
                          "bad" if host in marked else "bad suspect", attrs))
     if not rows:
         return '<p class="pass">no suspect: every node and link within the margin</p>'
-    return "<h3>Suspects</h3>" + _table(["host", "component", "check", "measured (Gbit/s)",
-                                          "expected (Gbit/s)", "evidence"], rows, "suspects")
+    # Burn-in suspects (certify --level burn-in) measure GB/s, TFLOPS or counts: the unit is
+    # in each one's evidence; the pairs' are Gbit/s.
+    return "<h3>Suspects</h3>" + _table(["host", "component", "check", "measured",
+                                          "expected", "evidence"], rows, "suspects")
 
 
 def _pairs(pairs: list[Mapping[str, Any]]) -> str:

@@ -504,6 +504,9 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         out += [
             # dkms comes with the OS on a real node (a dependency of NVIDIA's -dkms packages).
             ("usr/sbin/dkms", tool_script("dkms"), 0o755),
+            # nvbandwidth is no package: a site builds it from NVIDIA/nvbandwidth's source and
+            # installs the binary, here where such a build goes.
+            ("usr/local/bin/nvbandwidth", tool_script("nvbandwidth"), 0o755),
             ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
              0o644),
             ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
@@ -559,6 +562,7 @@ def sim_inventory_vars() -> dict[str, Any]:
         "node_health_ib_sysfs_root": SIM_IB_SYSFS,
         "node_health_pci_sysfs_root": SIM_PCI_SYSFS,
         "node_health_kernel_log": SIM_KERNEL_LOG,
+        "certify_kernel_log": SIM_KERNEL_LOG,
         **SIM_MONITORING_PERIODS,
     }
 

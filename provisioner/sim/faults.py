@@ -5,9 +5,10 @@ one. The spec is parsed and checked against the hardware profile and the node na
 anything starts (``validate``); an unknown, misspelled or out-of-range fault is an
 ``InputError``. Each GPU node then gets its faults, one per line, in ``/etc/gpu-sim/faults``:
 
-- the stand-in tools (nvidia-smi, nvidia-ctk, dcgmi, nvcc) read that file on the node through
-  ``read_fault_file`` (this module is bundled into them, see ``provisioner.sim.bundle``), so an
-  edit of the file on a running node takes effect at their next call;
+- the stand-in tools (nvidia-smi, nvidia-ctk, dcgmi, nvcc, nvbandwidth) read that file on the
+  node through ``read_fault_file`` (this module is bundled into them, see
+  ``provisioner.sim.bundle``), so an edit of the file on a running node takes effect at their
+  next call;
 - the controller turns the Xid faults into the node's kernel log (``kernel_log``) and the HCA
   and AER faults into its sysfs trees (``provisioner.sim.sysfs``) when the node is created, and
   rewrites them when ``sim up`` gives a running node other faults.
@@ -102,6 +103,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               "fails", (FAULTS_FILE,), ("nvidia-smi", "dcgmi")),
     FaultKind("pcie-downgrade", "gpuN-pcie-downgrade", r"gpu(?P<gpu>\d+)-pcie-downgrade", "gpu",
               "GPU N's PCIe link trained one generation lower at half width", (FAULTS_FILE,),
+              ("nvidia-smi",)),
+    # What nvidia-smi's --help-query-gpu calls HW Slowdown: "reducing the core clocks by a
+    # factor of 2 or more" (power brake, thermal protection, a failing power supply).
+    FaultKind("hw-slowdown", "gpuN-hw-slowdown", r"gpu(?P<gpu>\d+)-hw-slowdown", "gpu",
+              "GPU N's clocks are held down by the hardware: nvidia-smi reports the clock event "
+              "reason hw_slowdown Active and its SM clock at half its maximum", (FAULTS_FILE,),
               ("nvidia-smi",)),
     FaultKind("xid", "gpuN-xid-NN", r"gpu(?P<gpu>\d+)-xid-(?P<xid>\d+)", "gpu",
               "the kernel log holds an Xid NN event of GPU N", (KERNEL_LOG,), ("dmesg",)),

@@ -56,6 +56,9 @@ EXTENDED = (
     "test_error_counters_e2e.py",
     # 1-2: survey, GPU reset, validate and resume on two drained nodes
     "test_certify_e2e.py::test_remediate_resumes_the_mended_node_and_keeps_the_broken_one_drained",
+    # 3-5 (estimated, not yet measured): two certify runs at --level burn-in (the pairs, then
+    # the burn-in of both GPU nodes) and two fault changes
+    "test_certify_burnin_e2e.py",
 )
 
 

@@ -1,5 +1,6 @@
 """`provisioner certify` refuses what it cannot run with in one line and exit 2, before any
-progress display, run directory or host contact."""
+progress display, run directory or host contact: a node count pairs cannot use, a margin, a
+--level other than quick or burn-in, a burn-in time that is no number of seconds."""
 
 from __future__ import annotations
 
@@ -21,6 +22,13 @@ TWO = {"all": {"children": {"gpu_nodes": {"hosts": {
     (1, [], "error: certify: the inventory has one node; pairs need at least two"),
     (2, ["--margin", "150"], "error: certify: --margin must be between 0 and 100 percent, not 150"),
     (2, ["--margin", "0"], "error: certify: --margin must be between 0 and 100 percent, not 0"),
+    (2, ["--level", "soak"], "error: provisioner certify: argument --level: invalid choice: "
+                             "'soak' (choose from 'quick', 'burn-in')"),
+    (2, ["--level", "burn-in", "--burn-seconds", "0"],
+     "error: provisioner certify: argument --burn-seconds: '0' is not a number of seconds "
+     "above 0"),
+    (1, ["--level", "burn-in"], "error: certify: the inventory has one node; pairs need at "
+                                "least two"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, hosts: int, args: list[str],
                                           line: str) -> None:

@@ -41,6 +41,7 @@ EXAMPLES = {
     "gpu7-nvlink-link17-down": ("nvlink-link-down", {"gpu": 7, "link": 17}),
     "gpu2-ecc-uncorrectable": ("ecc-uncorrectable", {"gpu": 2}),
     "gpu5-pcie-downgrade": ("pcie-downgrade", {"gpu": 5}),
+    "gpu2-hw-slowdown": ("hw-slowdown", {"gpu": 2}),
     "gpu6-xid-79": ("xid", {"gpu": 6, "xid": 79}),
     "mlx5_0-down": ("hca-down", {"hca": 0}),
     "mlx5_7-half-rate": ("hca-half-rate", {"hca": 7}),

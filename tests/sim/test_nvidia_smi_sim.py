@@ -463,6 +463,44 @@ def test_pcie_downgrade_lowers_the_current_link_only(smi: Smi) -> None:
     assert field(gpus[6], f"{link}/link_widths/max_link_width") == "16x"
 
 
+BURN_IN_QUERY = ("index,clocks.sm,clocks_event_reasons.hw_slowdown,"
+                 "clocks_event_reasons.hw_thermal_slowdown,"
+                 "clocks_event_reasons.hw_power_brake_slowdown,"
+                 "clocks_event_reasons.sw_thermal_slowdown,temperature.gpu,power.draw")
+
+
+def test_hw_slowdown_shows_the_reason_active_and_the_sm_clock_halved(smi: Smi) -> None:
+    # The fields certify's burn-in samples (nvidia-smi --help-query-gpu: "HW Slowdown
+    # (reducing the core clocks by a factor of 2 or more) is engaged").
+    faults = ("gpu2-hw-slowdown",)
+    rows = query(smi, BURN_IN_QUERY, faults)
+    assert rows[2][:6] == ["2", "990", "Active", "Not Active", "Not Active", "Not Active"]
+    assert rows[3][:6] == ["3", "1980", "Not Active", "Not Active", "Not Active", "Not Active"]
+    assert all(len(row) == 8 for row in rows)
+    _, gpus = xml_gpus(ok(smi("-q", "-x", faults=faults)))
+    reasons = "clocks_event_reasons/clocks_event_reason_"
+    assert field(gpus[2], f"{reasons}hw_slowdown") == "Active"
+    assert field(gpus[3], f"{reasons}hw_slowdown") == "Not Active"
+    assert field(gpus[2], "clocks/sm_clock") == "990 MHz"
+    assert field(gpus[2], "max_clocks/sm_clock") == "1980 MHz"
+
+
+def test_clock_reasons_keep_the_names_of_the_driver(smi: Smi) -> None:
+    # r535 renamed the throttle reasons and still takes the old names; older drivers take only
+    # the old ones.
+    old = "index,clocks_throttle_reasons.hw_slowdown"
+    assert query(smi, old, ("gpu0-hw-slowdown",))[0] == ["0", "Active"]
+    before = smi("--query-gpu=index,clocks_event_reasons.hw_slowdown",
+                 "--format=csv,noheader", driver="525.147.05")
+    assert before.returncode == 2
+    assert 'Field "clocks_event_reasons.hw_slowdown" is not a valid field to query.' in before.stdout
+    older = smi(f"--query-gpu={old}", "--format=csv,noheader", driver="525.147.05",
+                faults=("gpu0-hw-slowdown",))
+    assert ok(older).splitlines()[0] == "0, Active"
+    _, gpus = xml_gpus(ok(smi("-q", "-x", driver="525.147.05", faults=("gpu0-hw-slowdown",))))
+    assert field(gpus[0], "clocks_throttle_reasons/clocks_throttle_reason_hw_slowdown") == "Active"
+
+
 def test_faults_meant_for_others_and_junk_change_nothing(smi: Smi) -> None:
     fields = ("index,uuid,pci.bus_id,ecc.errors.uncorrected.volatile.total,"
               "pcie.link.gen.current,pcie.link.width.current")

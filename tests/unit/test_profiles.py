@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from provisioner.errors import InputError
+from provisioner.pcie import pcie_gbps
 from provisioner.profiles import PROFILES_FILE, SIM_FIELDS, Profile, load_profiles
 
 REQUIRED = ("hgx-h100-8gpu", "hgx-h200-8gpu", "hgx-a100-8gpu", "hgx-b200-8gpu",
@@ -60,6 +61,23 @@ def test_profile_counts_and_floors_are_consistent(name: str) -> None:
         assert p.busbw_floor_intra_gbps <= PCIE_X16_GBPS[p.pcie_gen] * p.pcie_width / 16
     assert p.busbw_floor_inter_gbps <= p.ib_hcas * p.ib_rate_gbps / 8
     assert all(len(s) > 10 for s in p.sources)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_burn_in_floors_follow_their_stated_derivation(name: str) -> None:
+    # profiles.yml's header: copies 60% of the PCIe line rate, the local copy 30% of the
+    # datasheet's memory bandwidth, TFLOPS 50% of the dense datasheet figure (not checked here:
+    # the figure is in the sources, not a field).
+    p = PROFILES[name]
+    line = pcie_gbps(p.pcie_gen, p.pcie_width)
+    assert line == pytest.approx(PCIE_X16_GBPS[p.pcie_gen] * p.pcie_width / 16, rel=0.001)
+    for floor in (p.copy_h2d_gbps_min, p.copy_d2h_gbps_min):
+        assert floor is not None and floor == pytest.approx(0.6 * line, abs=0.1)
+    assert p.memory_bandwidth_gbps is not None and p.copy_d2d_gbps_min is not None
+    assert p.copy_d2d_gbps_min == pytest.approx(0.3 * p.memory_bandwidth_gbps, abs=1)
+    assert any("copy_d2d_gbps_min" in s for s in p.sources) or p.simulated
+    if p.burn_tflops_min is None:
+        assert any("no burn_tflops_min" in s for s in p.sources)
 
 
 def test_known_hardware_facts() -> None:
@@ -122,6 +140,9 @@ def test_unknown_field_is_refused(tmp_path: Path) -> None:
     ({"pci_device_ids": ["8086:1234"]}, "is not like '10de:2330'"),
     ({"busbw_floor_intra_gbps": 0}, "greater than 0"),
     ({"architecture": "kepler"}, "architecture"),
+    ({"copy_h2d_gbps_min": 64.0}, "is above the PCIe Gen5 x16 line rate (63.0 GB/s"),
+    ({"copy_d2d_gbps_min": 1700.0}, "is above half the memory bandwidth (3350 GB/s"),
+    ({"burn_tflops_min": 0}, "greater than 0"),
 ])
 def test_inconsistent_profile_is_refused(tmp_path: Path, change: dict[str, Any],
                                          message: str) -> None:

@@ -138,6 +138,19 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
 """
 
 
+# The clock event reasons, in the order nvidia-smi -q -x lists them (clocks_event_reasons on
+# r535 and later, clocks_throttle_reasons before).
+CLOCK_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+                 "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost",
+                 "sw_thermal_slowdown", "display_clocks_setting")
+# --query-gpu takes each as clocks_event_reasons.NAME (r535 on) or clocks_throttle_reasons.NAME,
+# which r535 and later still accept ("clocks_event_reasons.hw_slowdown" or
+# "clocks_throttle_reasons.hw_slowdown", nvidia-smi --help-query-gpu); display_clocks_setting
+# is no query field.
+QUERY_CLOCK_REASONS = CLOCK_REASONS[:-1]
+EVENT_REASONS_DRIVER = 535
+
+
 class UsageError(Exception):
     """Bad command line: the real tool prints a message and exits 2."""
 
@@ -259,6 +272,11 @@ class Gpu:
         if has_fault(faults, "pcie-downgrade"):
             self.pcie_gen = max(1, self.pcie_gen_max - 1)
             self.pcie_width = max(1, self.pcie_width_max // 2)
+        # HW Slowdown "reduc[es] the core clocks by a factor of 2 or more" (nvidia-smi
+        # --help-query-gpu, clocks_event_reasons.hw_slowdown): the SM clock at half its maximum.
+        self.hw_slowdown = has_fault(faults, "hw-slowdown")
+        if self.hw_slowdown:
+            self.sm_clock = self.sm_max // 2
         # ECC: an uncorrectable DRAM error also leaves a row remap pending until reset.
         self.dram_uncorrectable = 0
         self.remap_unc = 0
@@ -276,6 +294,11 @@ class Gpu:
     @property
     def active_links(self) -> int:
         return sum(self.nvlinks)
+
+    def clock_reason(self, name: str) -> str:
+        """One clock event reason as nvidia-smi prints it: "Active" or "Not Active"."""
+        active = name == "gpu_idle" or (name == "hw_slowdown" and self.hw_slowdown)
+        return "Active" if active else "Not Active"
 
 
 class Node:
@@ -529,13 +552,7 @@ def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
         ]),
         ("fan_speed", "N/A"),
         ("performance_state", "P0"),
-        (reasons, [
-            (f"{reason}_gpu_idle", "Active"),
-            *[(f"{reason}_{name}", "Not Active") for name in (
-                "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
-                "hw_thermal_slowdown", "hw_power_brake_slowdown", "sync_boost",
-                "sw_thermal_slowdown", "display_clocks_setting")],
-        ]),
+        (reasons, [(f"{reason}_{name}", gpu.clock_reason(name)) for name in CLOCK_REASONS]),
         ("sparse_operation_mode", "N/A"),
         ("fb_memory_usage", [("total", f"{gpu.memory_total} MiB"),
                              ("reserved", f"{gpu.memory_reserved} MiB"),
@@ -793,6 +810,9 @@ def _fields() -> dict[str, tuple[str, Any]]:
     }
     for alias, target in aliases.items():
         fields.setdefault(alias, fields[target])
+    for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
+        for reason in QUERY_CLOCK_REASONS:
+            fields[f"{prefix}.{reason}"] = ("", lambda _n, g, r=reason: g.clock_reason(r))
     return fields
 
 
@@ -810,7 +830,9 @@ def render_query(node: Node, gpus: list[Gpu], query: str, fmt: str,
                  apps: bool = False) -> str:
     names = [name.strip() for name in query.split(",") if name.strip()]
     for name in names:
-        if name not in (APP_FIELDS if apps else FIELDS):
+        renamed = name.startswith("clocks_event_reasons.")
+        if name not in (APP_FIELDS if apps else FIELDS) or (
+                renamed and not apps and node.driver_major < EVENT_REASONS_DRIVER):
             die(f'Field "{name}" is not a valid field to query.\n\n', EXIT_INVALID_ARGUMENT)
     options = [option.strip() for option in fmt.split(",")]
     if "csv" not in options or not set(options) <= {"csv", "noheader", "nounits"}:
