@@ -40,18 +40,27 @@ def readings_in(hosts: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {host: reading for host, reading in found.items() if reading is not None}
 
 
+def _newness(path: Path) -> tuple[str, int]:
+    try:
+        written = path.stat().st_mtime_ns
+    except OSError:
+        written = 0
+    return path.parent.name[:15], written
+
+
 def last_readings(runs: Path, inventory: Callable[[str], bool], hosts: Iterable[str],
                   skip_run: str | None = None) -> dict[str, dict[str, Any]]:
     """``{host: reading}``: for each of ``hosts``, the reading in the newest saved report of
     the inventory (``inventory`` says whether a report's ``inventory`` field names it) that has
-    one. Reports are taken newest first by run id (ids start with the UTC time); ``skip_run``
-    (the run asking) and unreadable or foreign files are passed over."""
+    one. Reports are taken newest first by the UTC time their run id starts with, then by when
+    the report was written (two runs can start in the same second, and the rest of an id is
+    random); ``skip_run`` (the run asking) and unreadable or foreign files are passed over."""
     wanted = set(hosts)
     found: dict[str, dict[str, Any]] = {}
     if not wanted or not runs.is_dir():
         return found
     candidates = sorted((p for p in runs.glob("*/report.json") if p.parent.name != skip_run),
-                        key=lambda p: p.parent.name, reverse=True)
+                        key=_newness, reverse=True)
     for path in candidates[:MAX_REPORTS]:
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
