@@ -442,3 +442,48 @@ def test_the_level_is_checked_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="certify: --level must be one of quick, burn-in, "
                                          "not 'soak'"):
         certify.check_input(build(tmp_path / "hosts.yml"), 0.25, level="soak")
+
+
+@pytest.mark.parametrize(("slow_times", "suspect"), [
+    (2, False),  # slow twice (a loaded machine), fine the third time: no suspect
+    (3, True),   # slow every time: the link is named
+])
+def test_a_slow_pair_is_measured_again_up_to_twice_for_longer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow_times: int, suspect: bool) -> None:
+    from provisioner.plan import build
+
+    monkeypatch.setenv("PROVISIONER_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "hosts.yml").write_text(json.dumps(INVENTORY))
+    plan = build(tmp_path / "hosts.yml")
+    calls: list[dict[str, Any]] = []
+
+    def playbook(name: str, _inv: Any, run_dir: Path, _ident: str, *,
+                 extravars: dict[str, Any] | None = None, **_kw: Any) -> PlaybookResult:
+        calls.append(dict(extravars or {}))
+        hosts = ("sim-gpu-1", "sim-gpu-2", "sim-login-1")
+        result = PlaybookResult(name, "successful", 0, 1.0, run_dir,
+                                stats={h: HostStats(ok=1) for h in hosts})
+        rounds: list[dict[str, dict[str, Any]]] = (extravars or {})["certify_rounds"]
+        for number, pairs in enumerate(rounds, start=1):
+            for host, side in pairs.items():
+                slow = ({host, side["peer"]} == {"sim-gpu-1", "sim-login-1"}
+                        and len(calls) <= slow_times)
+                result.reports.setdefault(host, {"certify": {"pairs": []}})
+                result.reports[host]["certify"]["pairs"].append(
+                    {"round": number, "peer": side["peer"], "rc": 0,
+                     "result": {"rx_gbps": 6.0 if slow else 12.0}})
+        return result
+
+    monkeypatch.setattr(certify, "run_playbook", playbook)
+    done = certify.run(plan)
+    assert [c["certify_seconds"] for c in calls] == [certify.SECONDS] + [
+        certify.SECONDS * 2] * min(slow_times, certify.RETESTS)
+    # Measured again: only the slow pair, in a round of its own.
+    assert all(len(c["certify_rounds"]) == 1 and set(c["certify_rounds"][0]) == {
+        "sim-gpu-1", "sim-login-1"} for c in calls[1:])
+    section = done.report.certify or {}
+    assert [s["component"] for s in section["suspects"]] == (
+        ["link:sim-login-1-sim-gpu-1"] if suspect else [])
+    [again] = [p for p in section["pairs"] if p["retested"]]
+    assert again["first_gbps"] == 6.0 and again["gbps"] == (6.0 if suspect else 12.0)
+    assert done.report.exit_code == (1 if suspect else 0)
