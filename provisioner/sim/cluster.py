@@ -31,17 +31,20 @@ from provisioner.sim import podman
 from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import (
     KERNEL_FILES,
+    LINK_RATE_FILE,
     MIRROR_FAULTS,
     fault_file_text,
     for_node,
     has_fault,
     kernel_files,
     kernel_log,
+    link_rate_mbit,
     mirror_fault_text,
     net_slow_rate,
     net_slow_script,
     newer_kernel,
     parse_faults,
+    tc_command,
     validate,
 )
 from provisioner.sim.image import ensure_image
@@ -284,10 +287,10 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
     _wait_for_ssh(cluster.addresses, say)
     for name, group in spec.node_names():
+        # The boot unit gave each node's eth0 its rate (the line rate, or a slow fault's).
         slow = parse_faults(for_node(name, spec.faults)) if group == "gpu_nodes" else []
         rate = net_slow_rate(slow)
         if rate is not None:
-            podman.run(["exec", name, "sh", "-c", net_slow_script(slow)])
             say(f"{name}: network slowed ({rate})")
     _install_kernel_packages(spec, kernel, say)
     _write_inventory(cluster, mirror)
@@ -477,10 +480,14 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
               kernel: str) -> list[tuple[str, bytes | None, int]]:
     """(path, content, mode) of the simulation files a node gets; content None is a directory,
     mode -1 a symlink whose target is the content. Shared with the molecule harness."""
+    faults = list(faults)
     hdr = f"usr/src/linux-headers-{kernel}"
     out: list[tuple[str, bytes | None, int]] = [
         ("etc/gpu-sim", None, 0o755),
         ("etc/gpu-sim/SIMULATED", SIM_MARKER, 0o644),
+        # What the node's eth0 sends at most, applied at every boot (BOOT_SCRIPT).
+        (LINK_RATE_FILE.lstrip("/"), f"{link_rate_mbit(parse_faults(faults))}\n".encode(),
+         0o644),
         # The running kernel is the controller's; its headers are simulated so preflight and
         # the driver role's DKMS path have something to find.
         (hdr, None, 0o755),
@@ -630,6 +637,12 @@ if [ -e {BOOTED_FLAG} ] && grep -qx reboot-no-return {FAULTS_FILE} 2>/dev/null; 
   touch {NO_SSH_FLAG}
 fi
 touch {BOOTED_FLAG}
+# The line rate of the node's interface (provisioner/sim/faults.py), or a slow fault's: a
+# restarted container gets a new network namespace, without the token bucket.
+if [ -s {LINK_RATE_FILE} ]; then
+  rate=$(cat {LINK_RATE_FILE})
+  {tc_command("${rate}")} || echo "gpu-sim-boot: eth0 keeps no rate" >&2
+fi
 exit 0
 """
 SSH_FAULT_DROPIN = f"""\

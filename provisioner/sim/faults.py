@@ -40,9 +40,16 @@ MIRROR_FAULTS = "/etc/gpu-sim-mirror/faults"
 # What the kernel faults put on the node (K2: newer_kernel of the running one), and what a node
 # without them must not have.
 KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K2")
-# What net-slow changes: the root queueing discipline of the node's interface, a token bucket.
+# Every simulated node's interface has a line rate, as a real NIC has: a token bucket (tc tbf) on
+# its eth0, so what a pair of nodes measures is set by the network and not by how busy this
+# machine's CPUs are (unshaped, two containers on a loaded 2-core machine measured anywhere from
+# 5.4 to 13 Gbit/s for the same healthy pair). net-slow and net-slow-Nmbit lower that rate.
 NET_SLOW_DEVICE = "eth0"
+LINE_RATE_MBIT = 2000
 NET_SLOW_RATE = "200mbit"
+# The rate the node's interface has, read at every boot (gpu-sim-boot: a container that restarts
+# gets a fresh network namespace without the bucket).
+LINK_RATE_FILE = "/etc/gpu-sim/eth0-rate-mbit"
 # What mlx5_N-symbol-errors puts in its port's symbol_error counter: far over validate's
 # threshold for any interval shorter than 100 hours, well below the counter's 16-bit maximum.
 SYMBOL_ERRORS = 1000
@@ -60,17 +67,27 @@ def net_slow_rate(faults: Iterable[Fault]) -> str | None:
     return rate
 
 
-def net_slow_script(faults: Iterable[Fault]) -> str:
-    """The shell that gives the node's interface the token bucket of net-slow, or takes it
-    away (a healed node sends at the network's own speed). The bucket holds at least 4 ms of
-    the rate (tbf needs a burst of at least rate/HZ; 4 ms covers HZ=250 and up)."""
+def link_rate_mbit(faults: Iterable[Fault]) -> int:
+    """What the node's eth0 sends at most, in Mbit/s: the line rate, or a slow fault's rate."""
     rate = net_slow_rate(faults)
-    if rate is None:
-        return f"tc qdisc del dev {NET_SLOW_DEVICE} root 2>/dev/null || true"
-    mbit = int(rate.removesuffix("mbit"))
-    burst_kb = max(256, mbit * 4 // 8)  # kbit per ms = Mbit/s; 4 ms, in kilobytes
-    return (f"tc qdisc replace dev {NET_SLOW_DEVICE} root tbf rate {rate} "
-            f"burst {burst_kb}kb latency 100ms")
+    return LINE_RATE_MBIT if rate is None else int(rate.removesuffix("mbit"))
+
+
+def tc_command(mbit: int | str) -> str:
+    """The token bucket of ``mbit`` Mbit/s on the node's interface (a number, or a shell
+    expansion of one). The bucket holds at least 4 ms of the rate (tbf needs a burst of at least
+    rate/HZ; 4 ms covers HZ=250 and up): rate/2 kilobytes, never under 256."""
+    burst = (f"$(( {mbit} / 2 > 256 ? {mbit} / 2 : 256 ))" if isinstance(mbit, str)
+             else str(max(256, mbit * 4 // 8)))  # kbit per ms = Mbit/s; 4 ms, in kilobytes
+    return (f"tc qdisc replace dev {NET_SLOW_DEVICE} root tbf rate {mbit}mbit "
+            f"burst {burst}kb latency 100ms")
+
+
+def net_slow_script(faults: Iterable[Fault]) -> str:
+    """The shell that gives the node's interface its rate now and at every boot: the rate of
+    net-slow, or the line rate again (a healed node sends at the network's own speed)."""
+    mbit = link_rate_mbit(faults)
+    return f"echo {mbit} > {LINK_RATE_FILE}; {tc_command(mbit)}"
 
 
 @dataclass(frozen=True)
@@ -144,16 +161,18 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("kernel-newer-no-headers", "kernel-newer-no-headers", r"kernel-newer-no-headers",
               "node", "a newer kernel is installed (not booted) without its headers, which no "
               "repository offers", KERNEL_FILES, ("dkms",)),
-    # A slow network, slowed for real: tc's token bucket on the node's interface, so every
-    # transfer from the node (the pairs of `provisioner certify`, gloo, SSH) measures it.
+    # A slow network, slowed for real: tc's token bucket on the node's interface, below the
+    # line rate every node has, so every transfer from the node (the pairs of `provisioner
+    # certify`, gloo, SSH) measures it.
     FaultKind("net-slow", "net-slow", r"net-slow", "node",
               f"the node's network is slow: its eth0 sends at most {NET_SLOW_RATE} (tc tbf "
               "qdisc on the interface), so every transfer from it is slow in fact",
               (NET_SLOW_DEVICE,), ("every transfer from the node",)),
     # The same, at a rate of the test's choosing: a node slower than its peers yet above a
-    # floor (certify's outlier and drift judging), e.g. net-slow-6000mbit.
+    # floor (certify's outlier and drift judging), e.g. net-slow-1400mbit.
     FaultKind("net-slow-mbit", "net-slow-Nmbit", r"net-slow-(?P<mbit>\d+)mbit", "node",
-              "the node's eth0 sends at most N Mbit/s (tc tbf qdisc, as net-slow)",
+              f"the node's eth0 sends at most N Mbit/s, below every node's line rate of "
+              f"{LINE_RATE_MBIT} (tc tbf qdisc, as net-slow)",
               (NET_SLOW_DEVICE,), ("every transfer from the node",)),
     # The cluster's, not a node's: an overloaded mirror or caching proxy. The count is per file,
     # so a client that retries gets the file on try N+1; a large N is a mirror that stays down.
@@ -343,8 +362,9 @@ def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
         if fault.hca >= hcas:
             span = f" (mlx5_0..mlx5_{hcas - 1})" if hcas else ""
             raise InputError(f"{where} has {hcas} HCAs{span}")
-    if fault.mbit is not None and fault.mbit < 1:
-        raise InputError(f"sim up: fault {spec.text!r}: a rate is a positive number of Mbit/s")
+    if fault.mbit is not None and not 0 < fault.mbit < LINE_RATE_MBIT:
+        raise InputError(f"sim up: fault {spec.text!r}: a rate is a positive number of Mbit/s "
+                         f"below the simulated line rate ({LINE_RATE_MBIT} Mbit/s)")
     if fault.xid is not None and fault.xid < 1:
         raise InputError(f"sim up: fault {spec.text!r}: an Xid code is a positive number")
 

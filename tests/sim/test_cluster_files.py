@@ -183,11 +183,13 @@ def test_faults_are_injected_into_running_nodes_and_healed(
         assert [a[:4] for a in removals] == [["exec", n, "sh", "-c"] for n in out]
         for args in removals:
             node = args[1]
-            # Last, the node's interface: net-slow's token bucket, or none (healed).
-            script, tc = args[4].rsplit("; ", 1)
+            # Last, the node's interface: net-slow's token bucket, or the line rate (healed),
+            # now and at its next boot.
+            script, rate_file, tc = args[4].rsplit("; ", 2)
             slow = "net-slow" in out[node].get("etc/gpu-sim/faults", b"").decode()
-            assert tc.startswith("tc qdisc replace dev eth0 root tbf" if slow
-                                 else "tc qdisc del dev eth0 root"), tc
+            mbit = 200 if slow else 2000
+            assert rate_file == f"echo {mbit} > /etc/gpu-sim/eth0-rate-mbit", rate_file
+            assert tc.startswith(f"tc qdisc replace dev eth0 root tbf rate {mbit}mbit "), tc
             removal, *heal = script.split(";", 1)
             # A node without reboot-no-return gets its sshd back if that fault had struck.
             no_return = "reboot-no-return" in out[node].get("etc/gpu-sim/faults", b"").decode()
@@ -325,3 +327,20 @@ def test_every_node_gets_its_own_machine_id(tmp_path: Path) -> None:
         assert got["var/lib/dbus/machine-id"].decode() == machine_id
         ids.append(machine_id)
     assert len(set(ids)) == 3, ids
+
+
+@pytest.mark.parametrize(("group", "faults", "mbit"), [
+    ("cpu_nodes", [], "2000"),
+    ("gpu_nodes", [], "2000"),
+    ("gpu_nodes", ["net-slow"], "200"),
+    ("gpu_nodes", ["net-slow-1400mbit", "gpu0-missing"], "1400"),
+])
+def test_every_node_boots_with_its_interface_at_the_line_rate_or_its_fault(
+        group: str, faults: list[str], mbit: str) -> None:
+    """Every node, login nodes too, has a line rate its boot gives eth0: a pair's figure is the
+    network's, not the loaded machine's CPUs'."""
+    data, mode = files(group, faults)["etc/gpu-sim/eth0-rate-mbit"]
+    assert data == f"{mbit}\n".encode() and mode == 0o644
+    boot = files(group, faults)["usr/local/sbin/gpu-sim-boot"][0] or b""
+    assert b"rate=$(cat /etc/gpu-sim/eth0-rate-mbit)" in boot
+    assert b"tc qdisc replace dev eth0 root tbf rate ${rate}mbit" in boot

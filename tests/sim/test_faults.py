@@ -53,7 +53,7 @@ EXAMPLES = {
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
     "net-slow": ("net-slow", {}),
-    "net-slow-6000mbit": ("net-slow-mbit", {"mbit": 6000}),
+    "net-slow-1400mbit": ("net-slow-mbit", {"mbit": 1400}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
     "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
 }
@@ -287,26 +287,43 @@ def test_the_tampered_wheels_fault_is_the_mirrors_and_gets_its_own_line() -> Non
         validate(["sim-gpu-1:mirror-tampered-wheels"], H100, GPU_NODES)
 
 
-@pytest.mark.parametrize(("lines", "command"), [
-    (["net-slow"], "tc qdisc replace dev eth0 root tbf rate 200mbit burst 256kb latency 100ms"),
-    # 4 ms of 6000 Mbit/s is 3000 kB: tbf needs at least rate/HZ in its bucket.
-    (["net-slow-6000mbit"],
-     "tc qdisc replace dev eth0 root tbf rate 6000mbit burst 3000kb latency 100ms"),
-    (["net-slow", "net-slow-900mbit"],
-     "tc qdisc replace dev eth0 root tbf rate 900mbit burst 450kb latency 100ms"),
-    (["gpu0-missing"], "tc qdisc del dev eth0 root 2>/dev/null || true"),
-    ([], "tc qdisc del dev eth0 root 2>/dev/null || true"),
+@pytest.mark.parametrize(("lines", "mbit", "burst"), [
+    (["net-slow"], 200, 256),
+    # 4 ms of 1400 Mbit/s is 700 kB: tbf needs at least rate/HZ in its bucket.
+    (["net-slow-1400mbit"], 1400, 700),
+    (["net-slow", "net-slow-900mbit"], 900, 450),
+    # Without a slow fault (or healed of one), the line rate every node has.
+    (["gpu0-missing"], 2000, 1000),
+    ([], 2000, 1000),
 ])
-def test_the_slow_network_faults_set_the_token_bucket_or_take_it_away(
-        lines: list[str], command: str) -> None:
+def test_the_slow_network_faults_set_the_token_bucket_below_the_line_rate(
+        lines: list[str], mbit: int, burst: int) -> None:
     from provisioner.sim.faults import net_slow_script, parse_faults
 
-    assert net_slow_script(parse_faults(lines)) == command
+    assert net_slow_script(parse_faults(lines)) == (
+        f"echo {mbit} > /etc/gpu-sim/eth0-rate-mbit; tc qdisc replace dev eth0 root tbf "
+        f"rate {mbit}mbit burst {burst}kb latency 100ms")
 
 
-def test_a_rate_of_zero_is_refused_in_one_line() -> None:
+@pytest.mark.parametrize(("mbit", "burst"), [(200, 256), (513, 256), (2000, 1000)])
+def test_the_boot_script_gives_the_same_bucket_as_the_fault(mbit: int, burst: int) -> None:
+    """The node's boot applies the rate in its file with the shell's arithmetic: the same
+    command the controller gives a running node."""
+    import subprocess
+
+    from provisioner.sim.faults import tc_command
+
+    shell = subprocess.run(["sh", "-c", f'rate={mbit}; echo "{tc_command("${rate}")}"'],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert shell == tc_command(mbit)
+    assert f"burst {burst}kb" in shell
+
+
+@pytest.mark.parametrize("fault", ["net-slow-0mbit", "net-slow-2000mbit", "net-slow-6000mbit"])
+def test_a_rate_of_zero_or_not_below_the_line_rate_is_refused_in_one_line(fault: str) -> None:
     from provisioner.errors import InputError
     from provisioner.sim.faults import validate
 
-    with pytest.raises(InputError, match="positive number of Mbit/s"):
-        validate(["sim-gpu-1:net-slow-0mbit"], {"name": "p", "gpu_count": 8}, ["sim-gpu-1"])
+    with pytest.raises(InputError, match=r"positive number of Mbit/s below the simulated line "
+                                         r"rate \(2000 Mbit/s\)"):
+        validate([f"sim-gpu-1:{fault}"], {"name": "p", "gpu_count": 8}, ["sim-gpu-1"])
