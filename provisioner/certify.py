@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from provisioner import burnin, history
+from provisioner import burnin, history, slurm
 from provisioner.errors import InputError
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report, new_run_id, runs_dir
@@ -392,18 +392,13 @@ def _burn_in(plan: ClusterPlan, report: Report, run_dir: Path, seconds: int,
     return burn
 
 
-def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
-        outlier_margin: float = OUTLIER_MARGIN, seconds: int = SECONDS,
-        on_progress: ProgressCallback | None = None, timeout_s: int = 900,
-        level: str = QUICK, burn_seconds: int = burnin.BURN_SECONDS) -> CertifyRun:
-    check_input(plan, margin, outlier_margin, level)
+def _measure(plan: ClusterPlan, report: Report, run_dir: Path, *, margin: float,
+             outlier_margin: float, seconds: int, timeout_s: int,
+             on_progress: ProgressCallback | None) -> tuple[list[PairResult], Verdict, bool]:
+    """Every pair measured in ring rounds, and a slow pair measured again up to RETESTS times,
+    each time for twice as long, keeping its best figure; each playbook a phase of the report.
+    The pairs, their verdict, and whether every playbook ran to its end."""
     hosts = sorted(plan.hosts)
-    run_id = new_run_id()
-    run_dir = runs_dir() / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    report = Report(run_id=run_id, command="certify", inventory=str(plan.inventory.source),
-                    simulated=plan.simulated,
-                    started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     rounds = ring_rounds(hosts)
     addresses = _addresses(plan)
     extravars = {"certify_rounds": round_vars(rounds, addresses),
@@ -430,6 +425,23 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         ok = ok and again.ok
         pairs = better_of(pairs, pair_results(again_rounds, again.reports))
         verdict = judge(pairs, margin, outlier_margin)
+    return pairs, verdict, ok
+
+
+def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
+        outlier_margin: float = OUTLIER_MARGIN, seconds: int = SECONDS,
+        on_progress: ProgressCallback | None = None, timeout_s: int = 900,
+        level: str = QUICK, burn_seconds: int = burnin.BURN_SECONDS) -> CertifyRun:
+    check_input(plan, margin, outlier_margin, level)
+    run_id = new_run_id()
+    run_dir = runs_dir() / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(run_id=run_id, command="certify", inventory=str(plan.inventory.source),
+                    simulated=plan.simulated,
+                    started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    pairs, verdict, ok = _measure(plan, report, run_dir, margin=margin,
+                                  outlier_margin=outlier_margin, seconds=seconds,
+                                  timeout_s=timeout_s, on_progress=on_progress)
     _suspect_checks(report, verdict, seconds)
     burn = _burn_in(plan, report, run_dir, burn_seconds, on_progress) if level == BURN_IN \
         else None
@@ -462,14 +474,15 @@ def run_drain(plan: ClusterPlan, run_dir: Path, verdict: Verdict,
     """Drain the suspect nodes in Slurm with the check as the reason; {} without Slurm. A node
     with burn-in suspects (``burned``: its GPUs or itself) is drained with the first one."""
     groups = {g for e in plan.inventory.hosts.values() for g in e.groups}
-    nodes = {s.host: (f"gpuc certify {s.check}: best pair {s.measured} Gbit/s < "
-                      f"{s.expected} Gbit/s")
+    nodes = {s.host: slurm.reason(f"gpuc certify {s.check}: best pair {s.measured} Gbit/s < "
+                                  f"{s.expected} Gbit/s")
              for s in verdict.suspects if s.component == "node"
              and s.host in plan.hosts and plan.hosts[s.host].kind == "gpu"}
     for s in burned:
         if s.host in plan.hosts and plan.hosts[s.host].kind == "gpu":
-            nodes.setdefault(s.host, f"gpuc certify {s.check}: {s.component} measured "
-                                     f"{s.measured}, expected {s.expected}")
+            nodes.setdefault(s.host, slurm.reason(f"gpuc certify {s.check}: {s.component} "
+                                                  f"measured {s.measured}, expected "
+                                                  f"{s.expected}"))
     if not nodes or "slurm_controller" not in groups:
         return {}
     result = run_playbook(DRAIN_PLAYBOOK, [plan.inventory.source], run_dir, "02-drain",

@@ -43,7 +43,6 @@ RESUME_PLAYBOOK = "resume.yml"
 # "gpuc prolog: ..."), certify ("gpuc certify ..."), upgrade ("gpuc upgrade to ..."), remediate
 # itself ("gpuc remediate ...").
 OWN_REASON = re.compile(r"^gpuc[ :]")
-REASON_MAX = 200
 
 
 @dataclass
@@ -116,10 +115,6 @@ def choose(states: Mapping[str, tuple[str, str]], gpu_hosts: Sequence[str],
             outcome.taken = True
         out[host] = outcome
     return out
-
-
-def _reason(text: str) -> str:
-    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3] + "..."
 
 
 def run(plan: ClusterPlan, report: Report, run_dir: Path, phases: Sequence[tuple[str, str]],
@@ -231,7 +226,7 @@ def _validate(ctx: _Run, hosts: Sequence[str], phases: Sequence[tuple[str, str]]
 
 
 def _resume(ctx: _Run, passed: Sequence[str], kept: Sequence[str]) -> None:
-    keep = {h: _reason(f"gpuc remediate: {_why(ctx.outcomes[h])}; before: "
+    keep = {h: slurm.reason(f"gpuc remediate: {_why(ctx.outcomes[h])}; before: "
                        f"{ctx.outcomes[h].reason}") for h in kept}
     extravars = {"upgrade_slurm_controller": ctx.controller,
                  "upgrade_resume_nodes": list(passed), "upgrade_keep_drained": keep}

@@ -16,6 +16,16 @@ CONTROLLER_GROUP = "slurm_controller"
 LAUNCHERS = ("direct", "slurm")
 # (phase name, playbook) of `up` when the inventory asks for Slurm; after validate, before smoke.
 SCHEDULER_PHASE = ("scheduler", "slurm.yml")
+# The longest drain reason the controller side writes (upgrade, certify, remediate): it keeps
+# `sinfo -R` readable; the full story is in the run's report. The nodes' gpuc-slurm-health
+# cuts at the same length (roles/slurm_node/files/gpuc_slurm_health.py, standalone there).
+REASON_MAX = 200
+
+
+def reason(text: str) -> str:
+    """A drain reason: one line of at most REASON_MAX characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= REASON_MAX else line[:REASON_MAX - 3] + "..."
 
 
 def _truthy(value: Any) -> bool:

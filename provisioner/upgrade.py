@@ -39,8 +39,6 @@ DRAIN_PLAYBOOK = "drain.yml"
 RESUME_PLAYBOOK = "resume.yml"
 # Every drain reason the upgrade writes starts so (drain.yml knows a node it drained by it).
 REASON_PREFIX = "gpuc upgrade to "
-# sinfo -R stays readable; gpuc-slurm-health bounds its reasons the same way.
-REASON_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -77,12 +75,6 @@ def split_batches(nodes: Sequence[str], size: str) -> list[list[str]]:
     return [list(nodes[i:i + step]) for i in range(0, len(nodes), step)]
 
 
-def slurm_reason(text: str) -> str:
-    """One line of at most REASON_MAX characters."""
-    line = " ".join(text.split())
-    return line if len(line) <= REASON_MAX else line[:REASON_MAX - 3] + "..."
-
-
 def failure_reason(stack: str, lost: Mapping[str, Any]) -> str:
     """Why a node stays drained: ``gpuc upgrade to STACK failed: PHASE: WHAT``, WHAT being
     the failed checks (``checks``, set by the upgrade), else the failed task, else the
@@ -91,7 +83,7 @@ def failure_reason(stack: str, lost: Mapping[str, Any]) -> str:
     what = (", ".join(checks[:3]) + (", ..." if len(checks) > 3 else "") if checks
             else "unreachable" if lost.get("reason") == "unreachable"
             else lost.get("task") or lost.get("reason") or "failed")
-    return slurm_reason(f"{REASON_PREFIX}{stack} failed: {lost.get('phase', '?')}: {what}")
+    return slurm.reason(f"{REASON_PREFIX}{stack} failed: {lost.get('phase', '?')}: {what}")
 
 
 def _when(epoch: Any) -> str | None:
@@ -318,7 +310,7 @@ def _resume(ctx: _Context, batch: Batch, lost: Mapping[str, Mapping[str, Any]],
     for node in batch.nodes:
         if node in lost:
             reason = failure_reason(stack, lost[node])
-            keep[node] = slurm_reason(f"{reason}; drained before: {held[node]}"
+            keep[node] = slurm.reason(f"{reason}; drained before: {held[node]}"
                                       if node in held else reason)
             batch.kept_drained[node] = keep[node]
         elif node in held:

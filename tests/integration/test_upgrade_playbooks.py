@@ -6,9 +6,7 @@ tests/unit/test_upgrade.py."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ import yaml
 from provisioner import bringup, plan, upgrade
 from provisioner.bringup import RunOptions
 from provisioner.report import Report
+from tests.unit.fake_bringup import no_display
 from tests.unit.test_upgrade import CONTROLLER, FakeCluster
 
 JOB = "123 alice RUNNING gpu-01 train job"
@@ -53,11 +52,6 @@ def calls(state: Path, command: str) -> list[str]:
     log = state / "calls"
     lines = log.read_text().splitlines() if log.exists() else []
     return [line.split(" ", 1)[1] for line in lines if line.startswith(f"{command} ")]
-
-
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
 
 
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail: dict[str, dict[str, str]],

@@ -6,8 +6,6 @@ too. The e2e test (tests/e2e/test_node_faults_e2e.py) stops a node of the simula
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from provisioner.paths import collection_root
 from provisioner.plan import build
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult, TaskFailure
+from tests.unit.fake_bringup import no_display
 from tests.unit.test_monitoring_phase import sim_inventory
 
 CASES = [(None, 1), (None, 3), (None, 8), (None, 9), (None, 20), (None, 39), (None, 40),
@@ -97,11 +96,6 @@ class FakePlaybooks:
         if any(not s.healthy for s in result.stats.values()):
             result.status, result.rc = "failed", 2
         return result
-
-
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
 
 
 PHASES = (("preflight", "preflight.yml"), ("stack", "stack.yml"), ("validate", "validate.yml"))

@@ -6,8 +6,6 @@ with what remediate found. The real nodes: tests/e2e/test_certify_e2e.py."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from provisioner import bringup, cli, plan, remediate
 from provisioner.bringup import RunOptions
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult
+from tests.unit.fake_bringup import faked_run, no_display
 
 CONTROLLER = "login-01"
 SINFO = [
@@ -100,22 +99,10 @@ class FakeCluster:
         return result
 
 
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
-
-
 def remediate_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeCluster,
                   **settings: Any) -> tuple[bool, Report]:
     cp = plan.build(inventory(tmp_path))
-    for module in (bringup, remediate):
-        monkeypatch.setattr(module, "run_playbook", fake)
-    monkeypatch.setattr(bringup, "stack_checks", lambda *_a, **_k: [])
-    monkeypatch.setattr(bringup, "secure_run_dir", lambda *_a: None)
-    report = Report(run_id="r", command="remediate", inventory=str(cp.inventory.source),
-                    simulated=False, started_at="t")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    report, run_dir = faked_run(tmp_path, monkeypatch, cp, "remediate", fake, [remediate])
     ok = remediate.run(cp, report, run_dir, bringup.VALIDATE_PHASES, RunOptions(), no_display,
                        settings=remediate.RemediateSettings(**settings))
     return ok, report

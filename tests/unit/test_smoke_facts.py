@@ -7,8 +7,6 @@ boundaries; tests/integration/test_facts_playbook.py runs facts.yml for real."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from provisioner.plan import ClusterPlan, build
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult, TaskFailure
 from provisioner.wheelhouse import NodePlatform
+from tests.unit.fake_bringup import no_display
 from tests.unit.test_monitoring_phase import sim_inventory
 
 GPU = ("sim-gpu-1", "sim-gpu-2")
@@ -69,11 +68,6 @@ def _targets(limit: str | None) -> list[str]:
     parts = (limit or "all").split(":")
     chosen = {p for p in parts if not p.startswith("!")}
     return [h for h in GPU if f"!{h}" not in parts and ("all" in chosen or h in chosen)]
-
-
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ against stand-in Slurm commands in tests/integration/test_upgrade_playbooks.py."
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner import bringup, plan, upgrade
+from provisioner import bringup, plan, slurm, upgrade
 from provisioner.bringup import RunOptions
 from provisioner.errors import InputError
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult, TaskFailure
+from tests.unit.fake_bringup import faked_run, no_display
 
 CONTROLLER = "login-01"
 
@@ -63,7 +62,7 @@ def test_the_failure_reason_names_the_checks_and_is_bounded() -> None:
                                         "task": "Gathering Facts"}) == (
         "gpuc upgrade to x failed: stack: unreachable")
     long = upgrade.failure_reason("x", {"phase": "stack", "task": "t" * 500})
-    assert len(long) == upgrade.REASON_MAX and long.endswith("...")
+    assert len(long) == slurm.REASON_MAX and long.endswith("...")
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -179,24 +178,12 @@ class FakeCluster:
         return [(c.playbook.removesuffix(".yml"), c.limit) for c in self.calls]
 
 
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
-
-
 def upgrade_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_kw: dict[str, Any],
                 slurm: bool = True, gpus: int = 3,
                 **settings: Any) -> tuple[bool, Report, FakeCluster]:
     cp = plan.build(inventory(tmp_path, slurm=slurm, gpus=gpus), stack="cuda-12.9")
     fake = FakeCluster(hosts=list(cp.inventory.gpu_hosts), **fake_kw)
-    for module in (bringup, upgrade):
-        monkeypatch.setattr(module, "run_playbook", fake)
-    monkeypatch.setattr(bringup, "stack_checks", lambda *_a, **_k: [])
-    monkeypatch.setattr(bringup, "secure_run_dir", lambda *_a: None)
-    report = Report(run_id="r", command="upgrade", inventory=str(cp.inventory.source),
-                    simulated=False, started_at="t")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    report, run_dir = faked_run(tmp_path, monkeypatch, cp, "upgrade", fake, [upgrade])
     ok = upgrade.run(cp, report, run_dir, upgrade.BATCH_PHASES, RunOptions(), no_display,
                      settings=upgrade.UpgradeSettings(stack="cuda-12.9", **settings))
     return ok, report, fake

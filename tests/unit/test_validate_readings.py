@@ -5,9 +5,7 @@ bringup.last_counter_readings)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import yaml
 from provisioner import bringup, readings
 from provisioner.plan import build
 from provisioner.results import HostStats, PlaybookResult
+from tests.unit.fake_bringup import no_display
 from tests.unit.test_monitoring_phase import sim_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,11 +81,6 @@ class FakePlaybooks:
                 result.reports[host] = {"gpu_validate": {
                     "checks": [], "counters": reading(len(self.extravars), self.symbol_error)}}
         return result
-
-
-@contextlib.contextmanager
-def no_display(_title: str) -> Iterator[Any]:
-    yield lambda _event: None
 
 
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phases: Any,
