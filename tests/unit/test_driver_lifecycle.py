@@ -31,6 +31,18 @@ def test_every_stack_branch_has_a_designation_an_end_and_a_source() -> None:
     assert MATRIX.driver_branches[595].designation == "production"
 
 
+def test_branches_no_stack_is_on_are_known_too() -> None:
+    """A host override to a release of R610 or R620 is judged by the table as well: R610, a
+    new feature branch, ended in August 2026; R620 is supported to September 2029."""
+    assert (branch_status(MATRIX, 610, ON).ended, branch_status(MATRIX, 620, ON).ended) == (
+        True, False)
+    assert branch_status(MATRIX, 620, ON).designation == "long-term support"
+    assert end_date(MATRIX.driver_branches[620]) == date(2029, 9, 30)
+    with pytest.raises(InputError, match=r"R610 .* end of life on 2026-08-31"):
+        judge(MATRIX, ON, [("gpu-01", 610, "cuda-13.0", False)])
+    assert branch_status(MATRIX, 630, ON).designation == "unknown"
+
+
 def test_the_default_is_on_a_supported_long_term_or_production_branch() -> None:
     default = MATRIX.stacks[MATRIX.default_stack]
     status = branch_status(MATRIX, default.driver.branch, ON)
@@ -140,3 +152,16 @@ def test_the_report_records_the_allowed_branch(tmp_path: Path,
 
 def test_a_supported_stack_plans_quietly(tmp_path: Path) -> None:
     assert plan.build(inventory(tmp_path, "cuda-13.0"), today=ON).lifecycle == []
+
+
+def test_plan_refuses_an_override_to_an_ended_branch(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The branch judged is the host's driver, an override's included: 610.57.04 on a cuda-13.0
+    host (R610 ended in August 2026), given in full as a site reads it from its repository."""
+    monkeypatch.setenv("PROVISIONER_TODAY", ON.isoformat())
+    path = inventory(tmp_path, "cuda-13.0", nvidia_driver_version="610.57.04-1ubuntu1")
+    assert cli.main(["plan", "-i", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "driver branch R610 (gpu_stack cuda-13.0) reached its end of life " \
+        "on 2026-08-31" in err[0], err
