@@ -3,6 +3,9 @@ folded into a Report. Never prints: progress goes to the callback the CLI suppli
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -256,12 +259,53 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
     """Run phases in order. A node that fails or cannot be reached is lost: the phases after
     go on without it while the run has lost no more nodes than the policy allows
     (``options.max_fail``), and stop when it has. True when every phase passed on every node."""
-    if options.executors is None:
-        return _run_phases(plan, report, run_dir, phases, options, display, None)
-    with bundled() as project:
-        sharding = _Sharding(options.executors, project,
-                             _executor_shards(plan, report, options.executors))
-        return _run_phases(plan, report, run_dir, phases, options, display, sharding)
+    try:
+        if options.executors is None:
+            return _run_phases(plan, report, run_dir, phases, options, display, None)
+        with bundled() as project:
+            sharding = _Sharding(options.executors, project,
+                                 _executor_shards(plan, report, options.executors))
+            return _run_phases(plan, report, run_dir, phases, options, display, sharding)
+    finally:
+        _record_reboots(report, run_dir)
+
+
+# Where the driver role's rolling_reboot appends each reboot of the run (one JSON line each).
+REBOOT_RECORD = "reboots.jsonl"
+REBOOT_NOTE = re.compile(r"^\d+ reboot\(s\): ")
+
+
+def reboots_down_at_once(reboots: Sequence[Mapping[str, Any]]) -> int:
+    """The most nodes that were down at the same time: each reboot spans its started_at to its
+    ended_at (a lost node's reboot ends when its wait gave up)."""
+    edges = sorted([(r["started_at"], 1) for r in reboots if r.get("outcome") != "withheld"]
+                   + [(r["ended_at"], -1) for r in reboots if r.get("outcome") != "withheld"],
+                   key=lambda edge: (edge[0], edge[1]))  # an end before a start at one instant
+    most = down = 0
+    for _at, step in edges:
+        down += step
+        most = max(most, down)
+    return most
+
+
+def _record_reboots(report: Report, run_dir: Path) -> None:
+    """The run's reboots into the report, and one note: how many, what came of them, and how
+    many nodes were down at once."""
+    path = run_dir / REBOOT_RECORD
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return
+    reboots = [json.loads(line) for line in lines if line.strip()]
+    reboots.sort(key=lambda r: str(r.get("started_at")))
+    report.reboots = reboots
+    outcomes = Counter(str(r.get("outcome")) for r in reboots)
+    # A run of several batches (upgrade) reads the record after each: one note, the latest.
+    report.notes = [n for n in report.notes if not REBOOT_NOTE.match(n)]
+    report.notes.append(
+        f"{len(reboots)} reboot(s): " + ", ".join(f"{n} {what}" for what, n in
+                                                 sorted(outcomes.items()))
+        + f"; at most {reboots_down_at_once(reboots)} node(s) down at once")
 
 
 @dataclass(frozen=True)
@@ -290,6 +334,7 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         # reboot before the driver role withholds the reboots it has not started yet.
         extravars["nvidia_driver_reboot_max_lost"] = allowed_losses(options.max_fail,
                                                                     len(plan.hosts))
+        extravars["nvidia_driver_reboot_record"] = str(run_dir / REBOOT_RECORD)
     lost = report.lost_hosts
     allowed: int | None = None
     retrying = bool(options.retry_hosts)

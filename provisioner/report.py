@@ -192,6 +192,9 @@ class Report:
     host_key_checking_off: list[str] = field(default_factory=list)
     # Nodes the run lost and went on without: host -> phase, reason, task, message.
     lost_hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # `up --reboot`: every reboot in the order it started, as the driver role's rolling_reboot
+    # recorded it (host, started_at, ended_at, boot_id_before, boot_id_after, outcome).
+    reboots: list[dict[str, Any]] = field(default_factory=list)
     # `up --retry-failed`: the run this one resumes (its id) and the hosts it retried.
     resumes: str | None = None
     retried_hosts: list[str] = field(default_factory=list)

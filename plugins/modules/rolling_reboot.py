@@ -24,6 +24,13 @@ options:
         C(-1) never withholds.
     type: int
     default: -1
+  record:
+    description:
+      - A file on the controller to which every reboot is appended as one JSON line (C(host),
+        C(started_at), C(ended_at) on the controller's clock in UTC, C(boot_id_before),
+        C(boot_id_after) when it came back, C(outcome) V(back), V(lost), V(failed) or
+        V(withheld)). Not written in check mode.
+    type: path
   reboot_timeout:
     description: Seconds to wait for the node to come back (and again for the test command).
     type: int

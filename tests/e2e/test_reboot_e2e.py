@@ -5,7 +5,8 @@ others go on (a node lost to its reboot), on the shared simulated cluster:
   outside a reboot: what a node looks like after a driver upgrade the provisioner did not
   reboot); sim-gpu-2 also has the simulator's `reboot-no-return` fault (it hangs before sshd);
 - `up --reboot --batch-size 1 --reboot-timeout 30 --max-fail 1` reboots sim-gpu-1, waits until
-  it is back, then sim-gpu-2 (never both at once); sim-gpu-2 does not come back within 30 s;
+  it is back, then sim-gpu-2 (never both at once: the report's record of the reboots, with the
+  boot ids before and after, says so); sim-gpu-2 does not come back within 30 s;
 - the run exits 1, the report names sim-gpu-2 as lost in the stack phase with the role's
   message, sim-gpu-1 passes every later phase with its new boot and the planned module loaded.
 """
@@ -87,7 +88,19 @@ def test_reboots_roll_and_a_node_that_does_not_come_back_is_reported(
         conf = podman_exec("sim-login-1", "cat /etc/slurm/slurm.conf").stdout
         assert f"NodeName={LOST} " in conf and f"NodeName={BACK} " in conf, conf
 
-        # One at a time: sim-gpu-2 went down only after sim-gpu-1 was back (its sshd answered).
+        # One at a time, from the run's own record of its reboots: sim-gpu-1 came back with a
+        # new boot id (the one it runs now) before sim-gpu-2's reboot started; sim-gpu-2 never
+        # came back; the report says at most one node was down at once.
+        reboots = {r["host"]: r for r in report["reboots"]}
+        assert set(reboots) == {BACK, LOST}, report["reboots"]
+        back, gone = reboots[BACK], reboots[LOST]
+        assert (back["outcome"], gone["outcome"]) == ("back", "lost"), reboots
+        assert back["boot_id_before"] == before[BACK][0], back
+        assert back["boot_id_after"] == boot_id(BACK) != before[BACK][0], back
+        assert gone["boot_id_before"] == before[LOST][0] and gone["boot_id_after"] is None, gone
+        assert back["ended_at"] <= gone["started_at"], reboots
+        assert "2 reboot(s): 1 back, 1 lost; at most 1 node(s) down at once" in report["notes"]
+        # And as the containers saw it: sim-gpu-2 started again after sim-gpu-1 had.
         back_at, lost_at = started_at(BACK), started_at(LOST)
         assert before[BACK][1] < back_at < lost_at, (before, back_at, lost_at)
     finally:

@@ -94,6 +94,7 @@ def test_up_hands_the_batch_and_timeout_to_the_role_only_when_given(
     assert given["nvidia_driver_reboot_ok"] is True
     assert (given["nvidia_driver_reboot_batch"], given["nvidia_driver_reboot_timeout"]) == ("2", 90)
     assert given["nvidia_driver_reboot_max_lost"] == 2  # 40 nodes, default policy: 5%
+    assert given["nvidia_driver_reboot_record"] == str(tmp_path / "reboots.jsonl")
     default = _extravars(monkeypatch, tmp_path, bringup.RunOptions(reboot_ok=True))
     assert "nvidia_driver_reboot_batch" not in default  # the role's 10%
     assert "nvidia_driver_reboot_timeout" not in default
@@ -104,6 +105,7 @@ def test_up_hands_the_batch_and_timeout_to_the_role_only_when_given(
     assert quarter["nvidia_driver_reboot_max_lost"] == 10
     off = _extravars(monkeypatch, tmp_path, bringup.RunOptions())
     assert off["nvidia_driver_reboot_ok"] is False and "nvidia_driver_reboot_max_lost" not in off
+    assert "nvidia_driver_reboot_record" not in off
 
 
 # --- the rolling_reboot action: ansible.builtin.reboot with a circuit breaker ---------------
@@ -134,11 +136,23 @@ def _action(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, outcomes: dict[str,
 
     def base_run(self: Any, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> Any:
         host = (task_vars or {})["inventory_hostname"]
-        assert "max_lost" not in self._task.args  # ansible.builtin.reboot never sees it
+        # ansible.builtin.reboot never sees the arguments of its own
+        assert "max_lost" not in self._task.args and "record" not in self._task.args
         calls.append(host)
+        # It reads the boot id before the reboot, then until it changes (when the node is back).
+        self.get_system_boot_time(None)
+        if outcomes[host].get("rebooted"):
+            self.get_system_boot_time(None)
+            if not outcomes[host].get("failed"):
+                self.get_system_boot_time(None)
         return dict(outcomes[host])
 
+    def boot_id(self: Any, _distribution: Any) -> str:
+        self.fake_reads = getattr(self, "fake_reads", 0) + 1
+        return "old" if self.fake_reads < 3 else "new"  # the second read: not back yet
+
     monkeypatch.setattr(rolling.RebootAction, "run", base_run)
+    monkeypatch.setattr(rolling.RebootAction, "get_system_boot_time", boot_id)
 
     def run(host: str, play: _Play, check_mode: bool = False, **args: Any) -> dict[str, Any]:
         action = object.__new__(rolling.ActionModule)
@@ -195,6 +209,49 @@ def test_check_mode_and_bad_input(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     bad = run("b", play, max_lost="some")
     assert bad["failed"] is True and "max_lost must be a whole number" in bad["msg"]
     assert calls == ["a", "b"]
+
+
+def test_every_reboot_is_recorded_with_its_times_boot_ids_and_outcome(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import json
+
+    calls: list[str] = []
+    run = _action(monkeypatch, tmp_path, {"a": BACK, "b": NEVER, "c": NOT_STARTED, "d": BACK},
+                  calls)
+    play, record = _Play("play-5"), tmp_path / "reboots.jsonl"
+    for host, max_lost in (("a", 1), ("b", 1), ("c", 1), ("d", 0)):  # d: after b was lost
+        run(host, play, max_lost=max_lost, record=str(record))
+    run("a", play, check_mode=True, record=str(record))  # check mode records nothing
+    entries = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [(e["host"], e["outcome"], e["boot_id_before"], e["boot_id_after"])
+            for e in entries] == [("a", "back", "old", "new"), ("b", "lost", "old", None),
+                                  ("c", "failed", "old", None), ("d", "withheld", None, None)]
+    assert all(e["started_at"] <= e["ended_at"] for e in entries)
+    assert entries[0]["ended_at"] <= entries[1]["started_at"]
+    assert calls == ["a", "b", "c", "a"]  # d withheld; the base action answers check mode
+
+
+def test_the_run_reads_its_reboots_into_the_report(tmp_path: Path) -> None:
+    """How many nodes were down at once is read from the reboots' own spans: a lost node's
+    span ends when its wait gave up; one that ends as another starts was not down beside it."""
+    import json
+
+    from provisioner.report import Report
+
+    spans = [("a", "10:00:00", "10:01:00", "back"), ("b", "10:01:00", "10:02:00", "back"),
+             ("c", "10:01:30", "10:03:00", "lost"), ("d", "10:04:00", "10:04:00", "withheld")]
+    (tmp_path / bringup.REBOOT_RECORD).write_text("".join(
+        json.dumps({"host": h, "started_at": f"2026-11-28T{s}", "ended_at": f"2026-11-28T{e}",
+                    "outcome": o}) + "\n" for h, s, e, o in reversed(spans)))
+    report = Report(run_id="r", command="up", inventory="i", simulated=True, started_at="t")
+    report.notes.append("3 reboot(s): an earlier batch's note")
+    bringup._record_reboots(report, tmp_path)
+    assert [r["host"] for r in report.reboots] == ["a", "b", "c", "d"]
+    assert report.notes == ["4 reboot(s): 2 back, 1 lost, 1 withheld; at most 2 node(s) down "
+                            "at once"]
+    assert bringup.reboots_down_at_once(report.reboots[:2]) == 1
+    bringup._record_reboots(report, tmp_path / "none")  # no reboots: nothing changes
+    assert len(report.reboots) == 4
 
 
 def test_the_ledger_is_per_play_and_safe_to_name(tmp_path: Path) -> None:
