@@ -40,7 +40,13 @@ EXTENDED = (
     "test_run_faults_e2e.py::test_credentialed_mirror_url_is_in_no_run_file",  # 10
     # 5: check mode on the converged cluster predicts it, the plain path proves site.yml's
     "test_sim_cluster.py::test_rerun_changes_nothing",
-    "test_stack_measured.py",  # 27: one `up` per injected version
+    # 27: one `up` per injected version; the healthy node's checks and one injection (NCCL's
+    # header: its node fails stack:nccl, the other nccl_consistent) stay in the core tier
+    "test_stack_measured.py::test_a_node_with_another_version_fails_that_check[cudnn]",
+    "test_stack_measured.py::test_a_node_with_another_version_fails_that_check[container_toolkit]",
+    "test_stack_measured.py::test_a_node_with_another_version_fails_that_check[dcgm]",
+    "test_stack_measured.py::test_nvcc_and_driver_of_other_versions_fail_their_checks",
+    "test_stack_measured.py::test_a_fourth_generation_nvswitch_node_gets_nvlsm_and_ib_umad",
     "test_measured_as_defined_e2e.py",  # 8: a Debian 13 cluster
     "test_upgrade_e2e.py",  # 15: two stack changes
     # 3: nvidia_driver_hold_kernel on, again, off, again (the newer-kernel test stays core)
@@ -63,8 +69,10 @@ EXTENDED = (
 
 
 def _extended(item: pytest.Item) -> bool:
+    """The module, the test (every parameter) or one parameter of it is listed."""
     name = Path(str(item.path)).name
-    return any(entry in (name, f"{name}::{item.name.split('[')[0]}") for entry in EXTENDED)
+    return any(entry in (name, f"{name}::{item.name.split('[')[0]}", f"{name}::{item.name}")
+               for entry in EXTENDED)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
