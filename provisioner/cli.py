@@ -16,7 +16,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -443,10 +443,15 @@ def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentPa
                 yield from _subparsers(child)
 
 
+# The commands that read profiles or stacks, and so take --site (provisioner/site.py).
+SITE_COMMANDS = frozenset(("up", "upgrade", "stacks", "profiles", "inspect", "smoke", "validate",
+                           "health", "certify", "remediate", "plan", "export k8s", "sim up"))
+
 # Completers by destination, so a new command's --inventory or --profile completes too.
 _COMPLETERS: dict[str, Callable[..., Any]] = {
     "inventory": FilesCompleter(),
     "inventory_dir": FilesCompleter(directories=True),
+    "site": FilesCompleter(directories=True),
     "output": FilesCompleter(),
     "files": FilesCompleter(),
 }
@@ -459,6 +464,11 @@ def _finish(parser: argparse.ArgumentParser) -> None:
     for child in _subparsers(parser):
         if not any("--verbose" in a.option_strings for a in child._actions):
             _global_options(child, command=True)
+        if child.prog.split(" ", 1)[-1] in SITE_COMMANDS:
+            child.add_argument("--site", metavar="DIR", default=None,
+                               help="the site's own profiles.yml and stacks.yml, added to the "
+                               "built-in ones (default: site/ beside the inventory, when it "
+                               "has either)")
         for action in child._actions:
             completer = stack_names if (child.prog.endswith(" stacks")
                                         and action.dest == "name") else completers.get(
@@ -520,6 +530,11 @@ def _one_line(text: str) -> str:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.verbose and args.quiet:
         raise InputError("-v/--verbose and -q/--quiet exclude each other: give one of them")
+    from provisioner import site
+
+    site.activate(site.resolve(getattr(args, "site", None),
+                               getattr(args, "inventory", None)
+                               or getattr(args, "inventory_dir", None)))
     if args.command == "plan":
         return _plan(args)
     if args.command == "up":
@@ -824,12 +839,33 @@ def _stacks(args: argparse.Namespace) -> int:
     if args.name:
         raise InputError(f"stacks list takes no name (got {args.name!r}); to see one stack: "
                          f"`provisioner stacks show {args.name}`")
-    rows = stacks.stack_rows(matrix)
+    rows = _with_source(stacks.stack_rows(matrix), "stack", stacks.stack_sources())
     if args.json:
         print(render.as_json(rows))
     else:
-        render.rows_table(console, "known-good stacks (provisioner/data/stacks.yml)", rows)
+        render.rows_table(console, f"known-good stacks ({_data_title('stacks.yml')})",
+                          _shown(rows))
     return EXIT_OK
+
+
+def _with_source(rows: list[dict[str, Any]], key: str,
+                 sources: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Each row with where its entry came from: built-in or the site file."""
+    return [{**row, "source": sources.get(str(row[key]), "built-in")} for row in rows]
+
+
+def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows: the source column only when a site added or replaced an entry."""
+    if any(row["source"] != "built-in" for row in rows):
+        return rows
+    return [{k: v for k, v in row.items() if k != "source"} for row in rows]
+
+
+def _data_title(name: str) -> str:
+    from provisioner import site
+
+    where = f"provisioner/data/{name}"
+    return where if site.active() is None else f"{where} and the site's {site.active()}"
 
 
 def _stacks_verify(args: argparse.Namespace, matrix: Any) -> int:
@@ -871,10 +907,11 @@ def _stacks_verify(args: argparse.Namespace, matrix: Any) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     from provisioner import matrix as stacks
     from provisioner import render
-    from provisioner.profiles import load_profiles
+    from provisioner.profiles import load_profiles, profile_sources
 
     matrix = stacks.load_matrix()
     rows = []
+    sources = profile_sources()
     for name, p in sorted(load_profiles().items()):
         arch = matrix.architectures.get(p.architecture)
         branch = f"R{arch.min_driver_branch}" if arch is not None else "-"
@@ -885,11 +922,13 @@ def _profiles(args: argparse.Namespace) -> int:
             "nvswitch": f"gen {p.nvswitch_generation}" if p.nvswitch_generation else "no",
             "fabric": f"{p.ib_hcas}x {p.ib_rate_gbps} Gb/s {p.fabric}" if p.ib_hcas else p.fabric,
             "simulated": "yes" if p.simulated else "",
+            "source": sources.get(name, "built-in"),
         })
     if args.json:
         print(render.as_json(rows))
     else:
-        render.rows_table(console, "hardware profiles (provisioner/data/profiles.yml)", rows)
+        render.rows_table(console, f"hardware profiles ({_data_title('profiles.yml')})",
+                          _shown(rows))
     return EXIT_OK
 
 

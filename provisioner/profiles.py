@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from provisioner import site
 from provisioner.errors import InputError
 from provisioner.pcie import pcie_gbps
 
@@ -157,12 +158,8 @@ def _is_lower_hex(text: str) -> bool:
     return all(ch in "0123456789abcdef" for ch in text)
 
 
-def load_profiles(path: Path | None = None) -> dict[str, Profile]:
-    """Every profile of ``path`` (default: the packaged profiles.yml), validated once here.
-
-    A broken file raises ``InputError`` naming the file and the key.
-    """
-    path = path or PROFILES_FILE
+def _raw_profiles(path: Path) -> Mapping[str, Any]:
+    """The ``profiles`` mapping of a profiles file, its top level checked."""
     data = read_yaml_mapping(path)
     unknown = sorted(set(data) - {"schema_version", "profiles"})
     if unknown:
@@ -174,15 +171,41 @@ def load_profiles(path: Path | None = None) -> dict[str, Profile]:
     raw = data.get("profiles")
     if not isinstance(raw, Mapping) or not raw:
         raise InputError(f"{path}: profiles: expected a mapping of profile name to profile")
-    profiles: dict[str, Profile] = {}
+    return raw
+
+
+def load_profiles(path: Path | None = None) -> dict[str, Profile]:
+    """Every profile of ``path``, validated once here; without a path, the packaged
+    profiles.yml and the active site's (provisioner/site.py), validated the same way.
+
+    A broken file raises ``InputError`` naming the file and the key.
+    """
+    return {name: profile for name, (profile, _source) in _load(path).items()}
+
+
+def profile_sources(path: Path | None = None) -> dict[str, str]:
+    """Where each profile came from: site.BUILT_IN or the site file."""
+    return {name: source for name, (_profile, source) in _load(path).items()}
+
+
+def _load(path: Path | None) -> dict[str, tuple[Profile, str]]:
+    raw = dict(_raw_profiles(path or PROFILES_FILE))
+    origin = dict.fromkeys((str(name) for name in raw), site.BUILT_IN)
+    site_file = site.file(site.PROFILES) if path is None else None
+    if site_file is not None:
+        raw, origin = site.merge_entries("profiles", raw, _raw_profiles(site_file), site_file)
+    profiles: dict[str, tuple[Profile, str]] = {}
     for name, body in raw.items():
+        where = Path(origin[str(name)]) if origin[str(name)] != site.BUILT_IN else (
+            path or PROFILES_FILE)
         if not isinstance(body, Mapping):
-            raise InputError(f"{path}: profiles.{name}: expected a mapping of fields")
+            raise InputError(f"{where}: profiles.{name}: expected a mapping of fields")
         if "name" in body:
-            raise InputError(f"{path}: profiles.{name}.name: the key is the name; "
+            raise InputError(f"{where}: profiles.{name}.name: the key is the name; "
                              "remove the name field")
         try:
-            profiles[str(name)] = Profile.model_validate({**body, "name": str(name)})
+            profile = Profile.model_validate({**body, "name": str(name)})
         except ValidationError as exc:
-            raise InputError(validation_error_line(path, exc, ("profiles", str(name)))) from exc
+            raise InputError(validation_error_line(where, exc, ("profiles", str(name)))) from exc
+        profiles[str(name)] = (profile, origin[str(name)])
     return profiles

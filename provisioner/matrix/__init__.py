@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from provisioner.matrix.packages import PackagePin, packages_for
 from provisioner.matrix.resolve import ResolvedStack, check_cluster, resolve_stack
-from provisioner.matrix.schema import STACKS_FILE, Stack, StackMatrix, load_matrix
+from provisioner.matrix.schema import STACKS_FILE, Stack, StackMatrix, load_matrix, stack_sources
 from provisioner.matrix.versions import COMPONENTS, FAMILIES, FLAVORS
 from provisioner.matrix.views import stack_detail, stack_rows
 
@@ -30,4 +30,5 @@ __all__ = [
     "resolve_stack",
     "stack_detail",
     "stack_rows",
+    "stack_sources",
 ]

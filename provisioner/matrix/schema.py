@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from provisioner import site
 from provisioner.errors import InputError
 from provisioner.matrix.packages import NamingFacts, UbuntuRevision, exception_problem
 from provisioner.matrix.versions import (
@@ -109,9 +110,10 @@ class Stack(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Stack:
-        if self.name != f"cuda-{self.cuda_version}":
-            raise ValueError(f"a stack of CUDA {self.cuda_version} must be named "
-                             f"cuda-{self.cuda_version}")
+        own = f"cuda-{self.cuda_version}"
+        if self.name != own and not self.name.startswith(own + "-"):
+            raise ValueError(f"a stack of CUDA {self.cuda_version} must be named {own} "
+                             f"or {own}-SUFFIX")
         if not self.cuda_toolkit_version.startswith(self.cuda_version + "."):
             raise ValueError(f"cuda_toolkit_version {self.cuda_toolkit_version} is not a "
                              f"release of CUDA {self.cuda_version}")
@@ -331,11 +333,56 @@ def dnf_module_stream(branch: int, flavor: str) -> str:
     return f"nvidia-driver:{branch}-{'open' if flavor == 'open' else 'dkms'}"
 
 
+# What a site's stacks.yml may hold (provisioner/site.py): its own stacks, the lifecycle of their
+# driver branches, the Ubuntu revisions of their driver releases, and the site's default.
+SITE_SECTIONS = ("stacks", "driver_branches", "ubuntu_driver_packages")
+SITE_KEYS = frozenset(("schema_version", "default_stack", *SITE_SECTIONS))
+
+
 def load_matrix(path: Path | None = None) -> StackMatrix:
-    """The stack matrix of ``path`` (default: the packaged stacks.yml), validated once here."""
-    path = path or STACKS_FILE
-    data = read_yaml_mapping(path)
+    """The stack matrix of ``path``, validated once here; without a path, the packaged
+    stacks.yml with the active site's stacks added, validated as one."""
+    built_in = path or STACKS_FILE
+    data = read_yaml_mapping(built_in)
+    site_file = site.file(site.STACKS) if path is None else None
+    origin: dict[str, dict[str, str]] = {}
+    if site_file is not None:
+        data, origin = _with_site(data, site_file)
     try:
         return StackMatrix.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_error_line(path, exc)) from exc
+        first = exc.errors(include_url=False)[0]
+        where = site.error_file(tuple(first["loc"]), str(first["msg"]), origin, built_in)
+        raise InputError(validation_error_line(where, exc)) from exc
+
+
+def stack_sources() -> dict[str, str]:
+    """Where each stack of load_matrix() came from: site.BUILT_IN or the site file."""
+    stacks = read_yaml_mapping(STACKS_FILE).get("stacks") or {}
+    site_file = site.file(site.STACKS)
+    if site_file is None:
+        return dict.fromkeys((str(name) for name in stacks), site.BUILT_IN)
+    extra = read_yaml_mapping(site_file).get("stacks") or {}
+    return site.merge_entries("stacks", stacks, extra, site_file)[1]
+
+
+def _with_site(data: dict[str, Any], site_file: Path,
+               ) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
+    """The built-in data with the site file's sections merged in, and each entry's origin."""
+    extra = read_yaml_mapping(site_file)
+    unknown = sorted(set(extra) - SITE_KEYS)
+    if unknown:
+        raise InputError(f"{site_file}: {unknown[0]}: a site's stacks.yml holds only "
+                         f"{', '.join(sorted(SITE_KEYS))}")
+    if extra.get("schema_version") != 1:
+        raise InputError(f"{site_file}: schema_version: expected 1, found "
+                         f"{extra.get('schema_version')!r}")
+    merged = dict(data)
+    origin: dict[str, dict[str, str]] = {}
+    for section in SITE_SECTIONS:
+        if section in extra:
+            merged[section], origin[section] = site.merge_entries(
+                section, data.get(section) or {}, extra[section], site_file)
+    if "default_stack" in extra:
+        merged["default_stack"] = extra["default_stack"]
+    return merged, origin

@@ -30,7 +30,9 @@ CUDNN_SHORT_RE = re.compile(r"^9\.\d{1,2}\.\d{1,2}$")
 NCCL_RE = re.compile(r"^2\.\d{1,2}\.\d{1,2}-\d+\+cuda(\d{1,2})\.(\d{1,2})$")
 CTK_RE = re.compile(r"^1\.\d{1,2}\.\d{1,2}$")
 DCGM_RE = re.compile(r"^\d\.\d{1,2}\.\d{1,2}$")
-STACK_NAME_RE = re.compile(r"^cuda-\d{1,2}\.\d{1,2}$")
+# cuda-X.Y, or cuda-X.Y-SUFFIX for a second stack of one CUDA release (a site's own, e.g. on
+# another driver release: cuda-13.0-r580-178).
+STACK_NAME_RE = re.compile(r"^cuda-\d{1,2}\.\d{1,2}(-[a-z0-9][a-z0-9.-]{0,31})?$")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
