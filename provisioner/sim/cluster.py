@@ -238,21 +238,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     cluster = SimCluster(spec=spec, inventory_dir=inventory_dir)
     stopped = None if recreate else _stopped_if_same_shape(spec)
     if stopped is not None:
-        cluster.reused = True
-        for name in stopped:
-            podman.run(["start", name])
-            say(f"started stopped node {name} again (its disk is kept)")
-        cluster.addresses = _addresses(spec)
-        # Nodes keep their fixed addresses; a cluster made before they had them may not.
-        _readdress_known_hosts(keydir / "known_hosts", cluster.addresses)
-        if stopped:
-            _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
-        apply_faults(spec, profile_json, say)
-        apply_mirror_faults(spec, say)
-        mirror = _build_mirror(spec)  # cheap when nothing changed; picks up stacks.yml edits
-        _write_inventory(cluster, mirror)
-        say("reusing the running simulated cluster (same nodes, profile and OS)")
-        return cluster
+        return _reuse(cluster, stopped, keydir, profile_json, say)
     clear_stale(say)
     image = ensure_image(spec.image_key())
     say(f"node image {image.name}")
@@ -264,6 +250,44 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
     apply_mirror_faults(spec, say)
     _start_mirror(spec, image.name, fixed[MIRROR])
+    known_hosts = _create_nodes(spec, image.name, fixed, client_key, kernel, profile_json, say)
+    cluster.addresses = _addresses(spec)
+    lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
+    (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
+    _wait_for_ssh(cluster.addresses, say)
+    _say_slowed(spec, say)
+    _install_kernel_packages(spec, kernel, say)
+    _write_inventory(cluster, mirror)
+    return cluster
+
+
+def _reuse(cluster: SimCluster, stopped: list[str], keydir: Path,
+           profile_json: Mapping[str, Any], say: Progress) -> SimCluster:
+    """Start the ``stopped`` nodes of a cluster of the same shape again, give it the spec's
+    faults and rewrite its inventory; return ``cluster``, marked reused."""
+    spec = cluster.spec
+    cluster.reused = True
+    for name in stopped:
+        podman.run(["start", name])
+        say(f"started stopped node {name} again (its disk is kept)")
+    cluster.addresses = _addresses(spec)
+    # Nodes keep their fixed addresses; a cluster made before they had them may not.
+    _readdress_known_hosts(keydir / "known_hosts", cluster.addresses)
+    if stopped:
+        _wait_for_ssh({n: a for n, a in cluster.addresses.items() if n in stopped}, say)
+    apply_faults(spec, profile_json, say)
+    apply_mirror_faults(spec, say)
+    mirror = _build_mirror(spec)  # cheap when nothing changed; picks up stacks.yml edits
+    _write_inventory(cluster, mirror)
+    say("reusing the running simulated cluster (same nodes, profile and OS)")
+    return cluster
+
+
+def _create_nodes(spec: SimSpec, image: str, fixed: Mapping[str, str], client_key: Path,
+                  kernel: str, profile_json: Mapping[str, Any],
+                  say: Progress) -> list[tuple[str, str]]:
+    """Create and start every node of ``spec`` from ``image`` at its fixed address; return
+    each node's name and SSH host public key, in node order."""
     known_hosts: list[tuple[str, str]] = []
     # EL nodes run Debian's builds of Prometheus' programs from the simulated release tarballs:
     # the data files those builds read (upstream's builds embed them) go where they look.
@@ -277,24 +301,22 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
                     "--ip", fixed[name], *_labels(spec), "--systemd=always", "--privileged",
                     # A node that reboots comes back (`podman stop` and `kill` stay stopped).
                     "--restart=always",
-                    "--tmpfs", "/tmp", image.name])
+                    "--tmpfs", "/tmp", image])
         podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=payload)
         podman.run(["start", name])
         known_hosts.append((name, host_pub))
         say(f"started {name} ({group})")
-    cluster.addresses = _addresses(spec)
-    lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
-    (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
-    _wait_for_ssh(cluster.addresses, say)
+    return known_hosts
+
+
+def _say_slowed(spec: SimSpec, say: Progress) -> None:
+    """Say which GPU nodes a slow-network fault slowed, with their rate; return None."""
     for name, group in spec.node_names():
         # The boot unit gave each node's eth0 its rate (the line rate, or a slow fault's).
         slow = parse_faults(for_node(name, spec.faults)) if group == "gpu_nodes" else []
         rate = net_slow_rate(slow)
         if rate is not None:
             say(f"{name}: network slowed ({rate})")
-    _install_kernel_packages(spec, kernel, say)
-    _write_inventory(cluster, mirror)
-    return cluster
 
 
 # The kernel's own packages as a Debian or Ubuntu node has them (the image has none): the running

@@ -66,58 +66,85 @@ fi
 """
 
 
+def _driver_user_space(name: str, version: str, stack: Mapping[str, Any]) -> SimPackage:
+    """Return the driver package that brings nvidia-smi (cuda-drivers-<B> on apt,
+    nvidia-driver-cuda on dnf), with nvidia-persistenced and its unit."""
+    up = _upstream(version)
+    base = simulated_driver_package(name, version, str(stack["cuda_version"]),
+                                    tool_script("nvidia_smi"))
+    persist = daemon_script("nvidia-persistenced",
+                            before_idle="/usr/bin/nvidia-smi -pm 1 >/dev/null 2>&1 || true\n")
+    files = dict(base.files)
+    files.update({
+        "/usr/bin/nvidia-persistenced": persist,
+        "/lib/systemd/system/nvidia-persistenced.service":
+            _unit("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced"),
+    })
+    return SimPackage(name=name, version=version, files=files,
+                      modes={**base.modes, "/usr/bin/nvidia-persistenced": 0o755},
+                      description=f"NVIDIA driver {up} user space (simulated)",
+                      postinst=base.postinst, scripts_on_rpm=base.scripts_on_rpm)
+
+
+def _driver_module(name: str, version: str, flavor: str | None) -> SimPackage:
+    """Return a kernel module package of the driver: its DKMS source and the scripts that
+    register and build it at install and unregister it before removal."""
+    up = _upstream(version)
+    # The kernel module's DKMS source, registered and built at install for every kernel
+    # whose headers are there (as the DKMS helper scripts of Debian's dh_dkms and the
+    # kmod-*-dkms rpms do), unregistered before removal. The simulated dkms
+    # (provisioner.sim.tools.dkms) builds nothing: it records, as the real one does.
+    return SimPackage(name=name, version=version, files={
+        f"/usr/src/nvidia-{up}/SIMULATED": "simulated kernel module sources\n",
+        f"/usr/src/nvidia-{up}/dkms.conf":
+            f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n',
+        "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
+    }, postinst=_DKMS_POSTINST.format(version=up), prerm=_DKMS_PRERM.format(version=up),
+        scripts_on_rpm=True,
+        description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
+
+
+def _fabricmanager(name: str, version: str) -> SimPackage:
+    """Return the fabric manager package: an idle nv-fabricmanager daemon and its unit."""
+    up = _upstream(version)
+    return SimPackage(name=name, version=version, files={
+        "/usr/bin/nv-fabricmanager": daemon_script("nv-fabricmanager"),
+        "/usr/lib/gpu-sim/fabricmanager-version": f"{up}\n",
+        "/lib/systemd/system/nvidia-fabricmanager.service":
+            _unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager"),
+    }, modes={"/usr/bin/nv-fabricmanager": 0o755},
+        description=f"NVIDIA fabric manager {up} (simulated)")
+
+
+def _cuda_toolkit(name: str, version: str, stack: Mapping[str, Any]) -> SimPackage:
+    """Return the CUDA toolkit package: nvcc (--version only) under /usr/local/cuda-<X.Y>,
+    made the /usr/local/cuda alternative at install."""
+    up = _upstream(version)
+    cuda = str(stack["cuda_version"])
+    prefix = f"/usr/local/cuda-{cuda}"
+    nvcc = tool_script("nvcc", release=cuda, toolkit=up)
+    return SimPackage(name=name, version=version, files={
+        f"{prefix}/bin/nvcc": nvcc,
+        f"{prefix}/version.json": f'{{"cuda": {{"name": "CUDA SDK", "version": "{up}"}}}}\n',
+        f"{prefix}/SIMULATED": "simulated CUDA toolkit\n",
+    }, modes={f"{prefix}/bin/nvcc": 0o755},
+        postinst=(f"update-alternatives --install /usr/local/cuda cuda {prefix} "
+                  f"{int(cuda.replace('.', ''))}\n"),
+        description=f"CUDA toolkit {up} (simulated nvcc only)")
+
+
 def package_for(component: str, flavor: str | None, name: str, version: str,
                 stack: Mapping[str, Any]) -> SimPackage:
     up = _upstream(version)
     # The package that brings nvidia-smi: cuda-drivers-<B> (apt), nvidia-driver-cuda (dnf).
     if component == "driver" and (name.startswith("cuda-drivers") or name == "nvidia-driver-cuda"):
-        base = simulated_driver_package(name, version, str(stack["cuda_version"]),
-                                        tool_script("nvidia_smi"))
-        persist = daemon_script("nvidia-persistenced",
-                                before_idle="/usr/bin/nvidia-smi -pm 1 >/dev/null 2>&1 || true\n")
-        files = dict(base.files)
-        files.update({
-            "/usr/bin/nvidia-persistenced": persist,
-            "/lib/systemd/system/nvidia-persistenced.service":
-                _unit("NVIDIA Persistence Daemon", "/usr/bin/nvidia-persistenced"),
-        })
-        return SimPackage(name=name, version=version, files=files,
-                          modes={**base.modes, "/usr/bin/nvidia-persistenced": 0o755},
-                          description=f"NVIDIA driver {up} user space (simulated)",
-                          postinst=base.postinst, scripts_on_rpm=base.scripts_on_rpm)
+        return _driver_user_space(name, version, stack)
     if component == "driver":
-        # The kernel module's DKMS source, registered and built at install for every kernel
-        # whose headers are there (as the DKMS helper scripts of Debian's dh_dkms and the
-        # kmod-*-dkms rpms do), unregistered before removal. The simulated dkms
-        # (provisioner.sim.tools.dkms) builds nothing: it records, as the real one does.
-        return SimPackage(name=name, version=version, files={
-            f"/usr/src/nvidia-{up}/SIMULATED": "simulated kernel module sources\n",
-            f"/usr/src/nvidia-{up}/dkms.conf":
-                f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n',
-            "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
-        }, postinst=_DKMS_POSTINST.format(version=up), prerm=_DKMS_PRERM.format(version=up),
-            scripts_on_rpm=True,
-            description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
+        return _driver_module(name, version, flavor)
     if component == "fabricmanager" and ("fabricmanager" in name or "fabric-manager" in name):
-        return SimPackage(name=name, version=version, files={
-            "/usr/bin/nv-fabricmanager": daemon_script("nv-fabricmanager"),
-            "/usr/lib/gpu-sim/fabricmanager-version": f"{up}\n",
-            "/lib/systemd/system/nvidia-fabricmanager.service":
-                _unit("NVIDIA fabric manager service", "/usr/bin/nv-fabricmanager"),
-        }, modes={"/usr/bin/nv-fabricmanager": 0o755},
-            description=f"NVIDIA fabric manager {up} (simulated)")
+        return _fabricmanager(name, version)
     if component == "cuda_toolkit":
-        cuda = str(stack["cuda_version"])
-        prefix = f"/usr/local/cuda-{cuda}"
-        nvcc = tool_script("nvcc", release=cuda, toolkit=up)
-        return SimPackage(name=name, version=version, files={
-            f"{prefix}/bin/nvcc": nvcc,
-            f"{prefix}/version.json": f'{{"cuda": {{"name": "CUDA SDK", "version": "{up}"}}}}\n',
-            f"{prefix}/SIMULATED": "simulated CUDA toolkit\n",
-        }, modes={f"{prefix}/bin/nvcc": 0o755},
-            postinst=(f"update-alternatives --install /usr/local/cuda cuda {prefix} "
-                      f"{int(cuda.replace('.', ''))}\n"),
-            description=f"CUDA toolkit {up} (simulated nvcc only)")
+        return _cuda_toolkit(name, version, stack)
     if component == "cudnn" and "-dev" in name:
         major, minor, patch = [*up.split("."), "0", "0"][:3]
         return SimPackage(name=name, version=version, files={

@@ -221,6 +221,46 @@ def host_numa_nodes() -> list[tuple[int, str]]:
     return sorted(nodes)
 
 
+def _uuid_and_serial(hostname: str, slot: int) -> tuple[str, str]:
+    """Return the UUID and serial number of the GPU in ``slot`` of ``hostname``: made up, but
+    the same on every call."""
+    digest = hashlib.sha256(f"{hostname}:gpu{slot}".encode()).hexdigest()
+    uuid = (f"GPU-{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-"
+            f"{digest[16:20]}-{digest[20:32]}")
+    serial = str(1650000000000 + int(digest[32:40], 16) % 10**9)
+    return uuid, serial
+
+
+def _bus_id(profile: dict[str, Any], slot: int) -> tuple[str, int]:
+    """Return the PCI bus id of the GPU in ``slot`` and its bus number: the profile's
+    pci_bus_ids where it lists one, else the HGX board's."""
+    bus_ids = profile.get("pci_bus_ids")
+    if isinstance(bus_ids, list) and slot < len(bus_ids):
+        bus_id = str(bus_ids[slot]).upper()
+        return bus_id, int(bus_id.split(":")[1], 16)
+    bus = gpu_bus(slot)
+    return f"00000000:{bus:02X}:00.0", bus
+
+
+def _pci_ids(profile: dict[str, Any]) -> tuple[str, str]:
+    """Return the PCI device id and subsystem id every GPU reports, as nvidia-smi writes them
+    (device then vendor)."""
+    # Every GPU reports the first id, as the simulated lspci (sim/cluster.py) does.
+    device_ids = profile.get("pci_device_ids") or ["10de:2330"]
+    vendor, device = str(device_ids[0]).lower().split(":")
+    sub_device = SUBSYSTEM_IDS.get(device.upper(), device.upper())
+    return f"{device.upper()}{vendor.upper()}", f"{sub_device}{vendor.upper()}"
+
+
+def _nvlinks(profile: dict[str, Any], faults: list[Fault]) -> list[bool]:
+    """Return whether each NVLink of a GPU is active: every one unless a fault takes it (or
+    all of them) down."""
+    links = int(profile.get("nvlink_links_per_gpu", 0))
+    down = {fault.link for fault in faults if fault.kind.key == "nvlink-link-down"}
+    all_down = has_fault(faults, "nvlink-down")
+    return [not (all_down or link in down) for link in range(links)]
+
+
 class Gpu:
     """One simulated GPU as the driver would report it."""
 
@@ -230,23 +270,9 @@ class Gpu:
         self.index = index
         self.faults = faults
         self.name = str(profile["gpu_model"])
-        digest = hashlib.sha256(f"{node.hostname}:gpu{slot}".encode()).hexdigest()
-        self.uuid = (f"GPU-{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-"
-                     f"{digest[16:20]}-{digest[20:32]}")
-        self.serial = str(1650000000000 + int(digest[32:40], 16) % 10**9)
-        bus_ids = profile.get("pci_bus_ids")
-        if isinstance(bus_ids, list) and slot < len(bus_ids):
-            self.bus_id = str(bus_ids[slot]).upper()
-            self.bus = int(self.bus_id.split(":")[1], 16)
-        else:
-            self.bus = gpu_bus(slot)
-            self.bus_id = f"00000000:{self.bus:02X}:00.0"
-        # Every GPU reports the first id, as the simulated lspci (sim/cluster.py) does.
-        device_ids = profile.get("pci_device_ids") or ["10de:2330"]
-        vendor, device = str(device_ids[0]).lower().split(":")
-        self.pci_device_id = f"{device.upper()}{vendor.upper()}"
-        sub_device = SUBSYSTEM_IDS.get(device.upper(), device.upper())
-        self.pci_sub_system_id = f"{sub_device}{vendor.upper()}"
+        self.uuid, self.serial = _uuid_and_serial(node.hostname, slot)
+        self.bus_id, self.bus = _bus_id(profile, slot)
+        self.pci_device_id, self.pci_sub_system_id = _pci_ids(profile)
         arch = node.arch
         self.arch_display = arch["display"]
         self.compute_cap = arch["compute_cap"]
@@ -285,11 +311,7 @@ class Gpu:
             self.dram_uncorrectable = 2
             self.remap_unc = 1
             self.remap_pending = True
-        # NVLink: every link active unless a fault takes it (or all of them) down.
-        links = int(profile.get("nvlink_links_per_gpu", 0))
-        down = {fault.link for fault in faults if fault.kind.key == "nvlink-link-down"}
-        all_down = has_fault(faults, "nvlink-down")
-        self.nvlinks = [not (all_down or link in down) for link in range(links)]
+        self.nvlinks = _nvlinks(profile, faults)
 
     @property
     def active_links(self) -> int:
@@ -453,38 +475,9 @@ def ecc_scope(gpu: Gpu, node: Node, aggregate: bool) -> XmlTree:
     return tree
 
 
-def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
+def _identity_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """Return the GPU's identity elements, product_name through ibmnpu, in the real order."""
     mig = "Disabled" if gpu.mig_capable else "N/A"
-    ecc = "Enabled" if gpu.ecc_enabled else "Disabled"
-    limit = f"{gpu.power_limit:.2f} W"
-    # r535 renamed the clock throttle reasons to clock event reasons.
-    reason = "clocks_event_reason" if node.driver_major >= 535 else "clocks_throttle_reason"
-    reasons = f"{reason}s"
-    free = gpu.memory_total - gpu.memory_reserved - gpu.memory_used
-    if node.nvswitch:
-        fabric: XmlTree = [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
-                           ("clusterUuid", "N/A"), ("health", [("bandwidth", "Full")])]
-    else:
-        fabric = [*na("state", "status", "cliqueId", "clusterUuid"), ("health", na("bandwidth"))]
-    if node.driver_major >= 555:
-        temperature = [("gpu_temp", f"{gpu.temperature} C"), ("gpu_temp_tlimit", "N/A"),
-                       ("gpu_temp_max_tlimit_threshold", "-5 C"),
-                       ("gpu_temp_slow_tlimit_threshold", "-2 C"),
-                       ("gpu_temp_max_gpu_tlimit_threshold", "0 C"),
-                       ("gpu_target_temperature", "N/A"), ("memory_temp", "N/A"),
-                       ("gpu_temp_max_mem_tlimit_threshold", "N/A")]
-    else:
-        temperature = [("gpu_temp", f"{gpu.temperature} C"), ("gpu_temp_tlimit", "N/A"),
-                       ("gpu_temp_max_threshold", "92 C"), ("gpu_temp_slow_threshold", "89 C"),
-                       ("gpu_temp_max_gpu_threshold", "87 C"), ("gpu_target_temperature", "N/A"),
-                       ("memory_temp", f"{gpu.temperature + 4} C"),
-                       ("gpu_temp_max_mem_threshold", "95 C")]
-    if node.driver_major >= 560:
-        draw: XmlTree = [("average_power_draw", f"{gpu.power_draw:.2f} W"),
-                         ("instant_power_draw", f"{gpu.power_draw:.2f} W")]
-    else:
-        draw = [("power_draw", f"{gpu.power_draw:.2f} W")]
-    mhz = "{} MHz".format
     return [
         ("product_name", gpu.name),
         ("product_brand", "NVIDIA"),
@@ -520,36 +513,52 @@ def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
                               ("drain_and_reset_recommended", "No")]),
         ("gsp_firmware_version", node.driver),
         ("ibmnpu", na("relaxed_ordering_mode")),
-        ("pci", [
-            ("pci_bus", f"{gpu.bus:02X}"),
-            ("pci_device", "00"),
-            ("pci_domain", "0000"),
-            ("pci_base_class", "3"),
-            ("pci_sub_class", "2"),
-            ("pci_device_id", gpu.pci_device_id),
-            ("pci_bus_id", gpu.bus_id),
-            ("pci_sub_system_id", gpu.pci_sub_system_id),
-            ("pci_gpu_link_info", [
-                ("pcie_gen", [
-                    ("max_link_gen", str(gpu.pcie_gen_max)),
-                    ("current_link_gen", str(gpu.pcie_gen)),
-                    ("device_current_link_gen", str(gpu.pcie_gen)),
-                    ("max_device_link_gen", str(gpu.pcie_gen_max)),
-                    ("max_host_link_gen", str(gpu.pcie_gen_max)),
-                ]),
-                ("link_widths", [
-                    ("max_link_width", f"{gpu.pcie_width_max}x"),
-                    ("current_link_width", f"{gpu.pcie_width}x"),
-                ]),
+    ]
+
+
+def _pci_xml(gpu: Gpu) -> XmlTree:
+    """Return the children of the GPU's pci element: ids, link generation and width, counters."""
+    return [
+        ("pci_bus", f"{gpu.bus:02X}"),
+        ("pci_device", "00"),
+        ("pci_domain", "0000"),
+        ("pci_base_class", "3"),
+        ("pci_sub_class", "2"),
+        ("pci_device_id", gpu.pci_device_id),
+        ("pci_bus_id", gpu.bus_id),
+        ("pci_sub_system_id", gpu.pci_sub_system_id),
+        ("pci_gpu_link_info", [
+            ("pcie_gen", [
+                ("max_link_gen", str(gpu.pcie_gen_max)),
+                ("current_link_gen", str(gpu.pcie_gen)),
+                ("device_current_link_gen", str(gpu.pcie_gen)),
+                ("max_device_link_gen", str(gpu.pcie_gen_max)),
+                ("max_host_link_gen", str(gpu.pcie_gen_max)),
             ]),
-            ("pci_bridge_chip", na("bridge_chip_type", "bridge_chip_fw")),
-            ("replay_counter", "0"),
-            ("replay_rollover_counter", "0"),
-            ("tx_util", "0 KB/s"),
-            ("rx_util", "0 KB/s"),
-            ("atomic_caps_inbound", "N/A"),
-            ("atomic_caps_outbound", "N/A"),
+            ("link_widths", [
+                ("max_link_width", f"{gpu.pcie_width_max}x"),
+                ("current_link_width", f"{gpu.pcie_width}x"),
+            ]),
         ]),
+        ("pci_bridge_chip", na("bridge_chip_type", "bridge_chip_fw")),
+        ("replay_counter", "0"),
+        ("replay_rollover_counter", "0"),
+        ("tx_util", "0 KB/s"),
+        ("rx_util", "0 KB/s"),
+        ("atomic_caps_inbound", "N/A"),
+        ("atomic_caps_outbound", "N/A"),
+    ]
+
+
+def _memory_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """Return the elements fan_speed through remapped_rows: clock event reasons, memory usage,
+    utilization and the ECC counters."""
+    ecc = "Enabled" if gpu.ecc_enabled else "Disabled"
+    # r535 renamed the clock throttle reasons to clock event reasons.
+    reason = "clocks_event_reason" if node.driver_major >= 535 else "clocks_throttle_reason"
+    reasons = f"{reason}s"
+    free = gpu.memory_total - gpu.memory_reserved - gpu.memory_used
+    return [
         ("fan_speed", "N/A"),
         ("performance_state", "P0"),
         (reasons, [(f"{reason}_{name}", gpu.clock_reason(name)) for name in CLOCK_REASONS]),
@@ -589,7 +598,36 @@ def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
                 ("row_remapper_histogram_none", "0 bank(s)"),
             ]),
         ]),
-        ("temperature", temperature),
+    ]
+
+
+def _temperature_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """Return the children of the temperature element; r555 renamed its thresholds."""
+    if node.driver_major >= 555:
+        return [("gpu_temp", f"{gpu.temperature} C"), ("gpu_temp_tlimit", "N/A"),
+                ("gpu_temp_max_tlimit_threshold", "-5 C"),
+                ("gpu_temp_slow_tlimit_threshold", "-2 C"),
+                ("gpu_temp_max_gpu_tlimit_threshold", "0 C"),
+                ("gpu_target_temperature", "N/A"), ("memory_temp", "N/A"),
+                ("gpu_temp_max_mem_tlimit_threshold", "N/A")]
+    return [("gpu_temp", f"{gpu.temperature} C"), ("gpu_temp_tlimit", "N/A"),
+            ("gpu_temp_max_threshold", "92 C"), ("gpu_temp_slow_threshold", "89 C"),
+            ("gpu_temp_max_gpu_threshold", "87 C"), ("gpu_target_temperature", "N/A"),
+            ("memory_temp", f"{gpu.temperature + 4} C"),
+            ("gpu_temp_max_mem_threshold", "95 C")]
+
+
+def _power_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """Return the elements temperature through module_power_readings; r560 reports the power
+    draw as an average and an instant reading instead of one power_draw."""
+    limit = f"{gpu.power_limit:.2f} W"
+    if node.driver_major >= 560:
+        draw: XmlTree = [("average_power_draw", f"{gpu.power_draw:.2f} W"),
+                         ("instant_power_draw", f"{gpu.power_draw:.2f} W")]
+    else:
+        draw = [("power_draw", f"{gpu.power_draw:.2f} W")]
+    return [
+        ("temperature", _temperature_xml(node, gpu)),
         ("supported_gpu_target_temp", na("gpu_target_temp_min", "gpu_target_temp_max")),
         ("gpu_power_readings", [
             ("power_state", "P0"),
@@ -607,6 +645,19 @@ def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
             *na("current_power_limit", "requested_power_limit", "default_power_limit",
                 "min_power_limit", "max_power_limit"),
         ]),
+    ]
+
+
+def _clocks_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """Return the elements clocks through supported_clocks, the NVSwitch fabric's state
+    among them."""
+    if node.nvswitch:
+        fabric: XmlTree = [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
+                           ("clusterUuid", "N/A"), ("health", [("bandwidth", "Full")])]
+    else:
+        fabric = [*na("state", "status", "cliqueId", "clusterUuid"), ("health", na("bandwidth"))]
+    mhz = "{} MHz".format
+    return [
         ("clocks", [("graphics_clock", mhz(gpu.sm_clock)), ("sm_clock", mhz(gpu.sm_clock)),
                     ("mem_clock", mhz(gpu.mem_max)), ("video_clock", mhz(gpu.video_max))]),
         ("applications_clocks", [("graphics_clock", mhz(gpu.sm_max)),
@@ -626,6 +677,16 @@ def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
             ("supported_graphics_clock", mhz(gpu.sm_max // 2)),
             ("supported_graphics_clock", mhz(345)),
         ])]),
+    ]
+
+
+def gpu_xml(node: Node, gpu: Gpu) -> XmlTree:
+    return [
+        *_identity_xml(node, gpu),
+        ("pci", _pci_xml(gpu)),
+        *_memory_xml(node, gpu),
+        *_power_xml(node, gpu),
+        *_clocks_xml(node, gpu),
         ("processes", []),
         ("accounted_processes", []),
     ]
@@ -725,17 +786,20 @@ def render_topology(node: Node) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fields() -> dict[str, tuple[str, Any]]:
-    """Field name -> (unit shown in the header and after values, getter(node, gpu) -> str)."""
-    def ecc_count(kind: str) -> Any:
-        def get(_node: Node, g: Gpu) -> str:
-            if not g.ecc_enabled:
-                return "[N/A]"
-            return str(g.dram_uncorrectable if kind == "uncorrected" else 0)
-        return get
+def _ecc_count(kind: str) -> Any:
+    """Return a getter(node, gpu) of the GPU's ``kind`` ECC error count ("corrected" or
+    "uncorrected"), "[N/A]" where ECC is off."""
+    def get(_node: Node, g: Gpu) -> str:
+        if not g.ecc_enabled:
+            return "[N/A]"
+        return str(g.dram_uncorrectable if kind == "uncorrected" else 0)
+    return get
 
-    mig = lambda _n, g: "Disabled" if g.mig_capable else "[N/A]"  # noqa: E731
-    fields: dict[str, tuple[str, Any]] = {
+
+def _device_fields() -> dict[str, tuple[str, Any]]:
+    """Return the --query-gpu fields of identity, PCIe, modes, memory and utilization, each
+    name -> (unit, getter(node, gpu) -> str)."""
+    return {
         "timestamp": ("", lambda _n, _g: datetime.datetime.now().strftime(
             "%Y/%m/%d %H:%M:%S.%f")[:-3]),
         "driver_version": ("", lambda n, _g: n.driver),
@@ -769,14 +833,22 @@ def _fields() -> dict[str, tuple[str, Any]]:
             g.memory_total - g.memory_reserved - g.memory_used)),
         "utilization.gpu": ("%", lambda _n, _g: "0"),
         "utilization.memory": ("%", lambda _n, _g: "0"),
+    }
+
+
+def _health_fields() -> dict[str, tuple[str, Any]]:
+    """Return the --query-gpu fields of ECC, temperature, power, clocks, remapped rows and MIG,
+    each name -> (unit, getter(node, gpu) -> str)."""
+    mig = lambda _n, g: "Disabled" if g.mig_capable else "[N/A]"  # noqa: E731
+    return {
         "ecc.mode.current": ("", lambda _n, g: "Enabled" if g.ecc_enabled else "Disabled"),
         "ecc.mode.pending": ("", lambda _n, g: "Enabled" if g.ecc_enabled else "Disabled"),
-        "ecc.errors.corrected.volatile.total": ("", ecc_count("corrected")),
-        "ecc.errors.corrected.aggregate.total": ("", ecc_count("corrected")),
-        "ecc.errors.uncorrected.volatile.total": ("", ecc_count("uncorrected")),
-        "ecc.errors.uncorrected.aggregate.total": ("", ecc_count("uncorrected")),
-        "ecc.errors.uncorrected.volatile.dram": ("", ecc_count("uncorrected")),
-        "ecc.errors.uncorrected.aggregate.dram": ("", ecc_count("uncorrected")),
+        "ecc.errors.corrected.volatile.total": ("", _ecc_count("corrected")),
+        "ecc.errors.corrected.aggregate.total": ("", _ecc_count("corrected")),
+        "ecc.errors.uncorrected.volatile.total": ("", _ecc_count("uncorrected")),
+        "ecc.errors.uncorrected.aggregate.total": ("", _ecc_count("uncorrected")),
+        "ecc.errors.uncorrected.volatile.dram": ("", _ecc_count("uncorrected")),
+        "ecc.errors.uncorrected.aggregate.dram": ("", _ecc_count("uncorrected")),
         "temperature.gpu": ("", lambda _n, g: str(g.temperature)),
         "power.draw": ("W", lambda _n, g: f"{g.power_draw:.2f}"),
         "power.limit": ("W", lambda _n, g: f"{g.power_limit:.2f}"),
@@ -798,6 +870,11 @@ def _fields() -> dict[str, tuple[str, Any]]:
         "mig.mode.current": ("", mig),
         "mig.mode.pending": ("", mig),
     }
+
+
+def _fields() -> dict[str, tuple[str, Any]]:
+    """Field name -> (unit shown in the header and after values, getter(node, gpu) -> str)."""
+    fields: dict[str, tuple[str, Any]] = {**_device_fields(), **_health_fields()}
     aliases = {
         "gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid",
         "gpu_bus_id": "pci.bus_id", "pcie.link.gen.gpucurrent": "pcie.link.gen.current",
@@ -977,6 +1054,14 @@ def parse(args: list[str]) -> dict[str, Any]:
         else:
             raise UsageError(f"ERROR: Option {arg} is not recognized. Please run 'nvidia-smi -h'.")
         position += 1
+    _check_combination(request)
+    return request
+
+
+def _check_combination(request: dict[str, Any]) -> None:
+    """Raise UsageError when the options parsed into ``request`` do not go together (a
+    subcommand without its one option, a query without --format, -x without -q); return
+    None when they do."""
     if request["action"] in ("nvlink", "topo") and request["sub"] is None:
         raise UsageError("SIMULATED nvidia-smi supports only 'nvlink -s' and 'topo -m'.")
     queries = ("query_gpu" in request) + ("query_apps" in request)
@@ -988,7 +1073,6 @@ def parse(args: list[str]) -> dict[str, Any]:
                          "Please run 'nvidia-smi -h' for help.")
     if request.get("query") and not request.get("xml"):
         raise UsageError("SIMULATED nvidia-smi supports -q only together with -x (XML).")
-    return request
 
 
 def main(argv: list[str]) -> int:
