@@ -131,41 +131,9 @@ def conventional(v: NamingInputs, component: str, family: str,
     open_flavor = flavor == "open"
     d, b, major = v.driver_version, driver_branch(v.driver_version), v.cuda_major
     if component == "driver":
-        if family == "apt":
-            # Debian: the kernel module package, then the branch metapackage [CIG] [KM].
-            kmod = "nvidia-kernel-open-dkms" if open_flavor else "nvidia-kernel-dkms"
-            return [(kmod, f"{d}-1"), (f"cuda-drivers-{b}", f"{d}-1")]
-        if family == "apt_ubuntu":
-            # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG], each at the
-            # revision the Ubuntu repositories carry for that release [UREPO].
-            drv = f"nvidia-driver-{b}-open" if open_flavor else f"nvidia-driver-{b}"
-            rev = v.ubuntu_revision or v.facts.ubuntu_revision(d)
-            if rev is None:
-                raise InputError(f"driver {d}: its Ubuntu package revisions are not in "
-                                 "stacks.yml ubuntu_driver_packages; give a repository index "
-                                 "or the full package version")
-            return [(drv, f"{d}-{rev.nvidia_driver}"),
-                    (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
-        # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
-        # nvidia-driver-cuda-3:570.133.20-1.el9 [DIG]; installed from the branch's module
-        # stream (ResolvedStack.dnf_module_stream).
-        kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
-        return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
+        return _driver_pins(v, family, open_flavor, d, b)
     if component == "fabricmanager":
-        # Fabric manager and NSCQ carry the branch in their names until R580 [FM] [REPO].
-        # Ubuntu's repository gives them its own revision from R580's later releases on
-        # [UREPO]: per release, as the driver's (ubuntu_driver_packages, or the override's).
-        fm = v.fabricmanager_version
-        fm_branch = driver_branch(fm)
-        fm_rev = "1"
-        if family == "apt_ubuntu":
-            known = v.ubuntu_revision or v.facts.ubuntu_revision(fm)
-            fm_rev = known.fabricmanager if known else "1"
-        if fm_branch >= v.facts.fabricmanager_unsuffixed_from_branch:
-            return [("nvidia-fabricmanager", f"{fm}-{fm_rev}"),
-                    ("libnvidia-nscq", f"{fm}-{fm_rev}")]
-        name = "nvidia-fabric-manager" if dnf else f"nvidia-fabricmanager-{fm_branch}"
-        return [(name, f"{fm}-{fm_rev}"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-{fm_rev}")]
+        return _fabricmanager_pins(v, family)
     if component == "cuda_toolkit":
         # cuda-toolkit-<X>-<Y> at the toolkit release, revision 1 [CIG].
         minor = v.cuda_version.split(".")[1]
@@ -194,6 +162,51 @@ def conventional(v: NamingInputs, component: str, family: str,
         return [("datacenter-gpu-manager-4-core", f"1:{g}-1"),
                 (f"datacenter-gpu-manager-4-cuda{major}", f"1:{g}-1")]
     raise ValueError(f"unknown component {component!r}")
+
+
+def _driver_pins(v: NamingInputs, family: str, open_flavor: bool, d: str,
+                 b: int) -> list[tuple[str, str]]:
+    """Return the driver's (name, version) pairs in ``family``, in install order: the kernel
+    module of the flavour and the branch metapackage (``d``: the driver version, ``b``: its
+    branch)."""
+    if family == "apt":
+        # Debian: the kernel module package, then the branch metapackage [CIG] [KM].
+        kmod = "nvidia-kernel-open-dkms" if open_flavor else "nvidia-kernel-dkms"
+        return [(kmod, f"{d}-1"), (f"cuda-drivers-{b}", f"{d}-1")]
+    if family == "apt_ubuntu":
+        # Ubuntu: nvidia-driver-<B>[-open], then cuda-drivers-<B> [CIG], each at the
+        # revision the Ubuntu repositories carry for that release [UREPO].
+        drv = f"nvidia-driver-{b}-open" if open_flavor else f"nvidia-driver-{b}"
+        rev = v.ubuntu_revision or v.facts.ubuntu_revision(d)
+        if rev is None:
+            raise InputError(f"driver {d}: its Ubuntu package revisions are not in "
+                             "stacks.yml ubuntu_driver_packages; give a repository index "
+                             "or the full package version")
+        return [(drv, f"{d}-{rev.nvidia_driver}"),
+                (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
+    # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
+    # nvidia-driver-cuda-3:570.133.20-1.el9 [DIG]; installed from the branch's module
+    # stream (ResolvedStack.dnf_module_stream).
+    kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
+    return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
+
+
+def _fabricmanager_pins(v: NamingInputs, family: str) -> list[tuple[str, str]]:
+    """Return the fabric manager's and NSCQ's (name, version) pairs in ``family``."""
+    # Fabric manager and NSCQ carry the branch in their names until R580 [FM] [REPO].
+    # Ubuntu's repository gives them its own revision from R580's later releases on
+    # [UREPO]: per release, as the driver's (ubuntu_driver_packages, or the override's).
+    fm = v.fabricmanager_version
+    fm_branch = driver_branch(fm)
+    fm_rev = "1"
+    if family == "apt_ubuntu":
+        known = v.ubuntu_revision or v.facts.ubuntu_revision(fm)
+        fm_rev = known.fabricmanager if known else "1"
+    if fm_branch >= v.facts.fabricmanager_unsuffixed_from_branch:
+        return [("nvidia-fabricmanager", f"{fm}-{fm_rev}"),
+                ("libnvidia-nscq", f"{fm}-{fm_rev}")]
+    name = "nvidia-fabric-manager" if family == "dnf" else f"nvidia-fabricmanager-{fm_branch}"
+    return [(name, f"{fm}-{fm_rev}"), (f"libnvidia-nscq-{fm_branch}", f"{fm}-{fm_rev}")]
 
 
 # Components whose pins differ between the apt families (Debian's and Ubuntu's CUDA

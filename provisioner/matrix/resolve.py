@@ -149,41 +149,16 @@ def resolve_stack(host: str, hostvars: Mapping[str, Any], profile: Profile | Non
 
 def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
              matrix: StackMatrix, index: PackageIndex | None = None) -> ResolvedStack:
-    stack_name = _override(hostvars, "gpu_stack", host) or matrix.default_stack
-    stack = matrix.stacks.get(stack_name)
-    if stack is None:
-        raise InputError(f"host {host}: gpu_stack {stack_name} is not a known stack; choose "
-                         f"one of {matrix.stack_names()}")
+    stack, arch = _stack_and_architecture(host, hostvars, profile, matrix)
     overrides: list[str] = []
 
-    arch = None
-    if profile is not None:
-        arch = matrix.architectures.get(profile.architecture)
-        if arch is None:
-            raise InputError(f"host {host}: gpu_profile {profile.name} has architecture "
-                             f"{profile.architecture}, which stacks.yml does not know; add it "
-                             "to architectures or pick another gpu_profile")
-
     # Driver (and with it the fabric manager, which must equal it).
-    driver = _override(hostvars, "nvidia_driver_version", host)
-    given: str | None = None
-    if driver is not None:
-        driver, given = _split_revision(driver)
-        if not DRIVER_RE.match(driver):
-            raise _bad_format(host, "nvidia_driver_version", driver, "550.54.15")
-        overrides.append("nvidia_driver_version")
+    driver, given = _driver_override(host, hostvars, overrides)
     driver_version = driver or stack.driver.version
     branch = int(driver_version.split(".")[0])
 
     # Kernel module flavour.
-    flavor = _override(hostvars, "nvidia_driver_module_flavor", host)
-    if flavor is not None:
-        if flavor not in FLAVORS:
-            raise InputError(f"host {host}: nvidia_driver_module_flavor {flavor!r} is not a "
-                             f"kernel module flavour; choose one of {', '.join(FLAVORS)}")
-        overrides.append("nvidia_driver_module_flavor")
-    else:
-        flavor = _default_flavor(stack, branch, matrix, arch)
+    flavor = _module_flavor(host, hostvars, overrides, stack, branch, matrix, arch)
 
     # CUDA toolkit.
     cuda_raw = _override(hostvars, "cuda_version", host)
@@ -193,21 +168,7 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
         overrides.append("cuda_version")
 
     # cuDNN, NCCL, Container Toolkit.
-    cudnn = _override(hostvars, "cudnn_version", host)
-    if cudnn is not None:
-        cudnn = _resolve_cudnn(host, cudnn, matrix)
-        overrides.append("cudnn_version")
-    nccl = _override(hostvars, "nccl_version", host)
-    if nccl is not None:
-        if not NCCL_RE.match(nccl):
-            raise _bad_format(host, "nccl_version", nccl, "2.21.5-1+cuda12.4")
-        overrides.append("nccl_version")
-    ctk = _override(hostvars, "nvidia_container_toolkit_version", host)
-    if ctk is not None:
-        ctk = ctk.removesuffix("-1")
-        if not CTK_RE.match(ctk):
-            raise _bad_format(host, "nvidia_container_toolkit_version", ctk, "1.17.8")
-        overrides.append("nvidia_container_toolkit_version")
+    cudnn, nccl, ctk = _library_overrides(host, hostvars, overrides, matrix)
 
     # Fabric manager: follows the driver unless set explicitly (an advanced, checked variable).
     fm = _override(hostvars, "nvidia_fabricmanager_version", host)
@@ -243,6 +204,78 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
     # After the rules: a driver the rules refuse is refused for that, not for its revision.
     return replace(resolved, ubuntu_revision=_ubuntu_revision(
         host, driver_version, (given, fm_given), fabricmanager_enabled, stack, matrix, index))
+
+
+def _stack_and_architecture(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
+                            matrix: StackMatrix) -> tuple[Stack, ArchitectureSpec | None]:
+    """Return the stack ``host`` names (gpu_stack, else the matrix's default) and its profile's
+    GPU architecture (None without a profile); raise InputError when either is unknown."""
+    stack_name = _override(hostvars, "gpu_stack", host) or matrix.default_stack
+    stack = matrix.stacks.get(stack_name)
+    if stack is None:
+        raise InputError(f"host {host}: gpu_stack {stack_name} is not a known stack; choose "
+                         f"one of {matrix.stack_names()}")
+    arch = None
+    if profile is not None:
+        arch = matrix.architectures.get(profile.architecture)
+        if arch is None:
+            raise InputError(f"host {host}: gpu_profile {profile.name} has architecture "
+                             f"{profile.architecture}, which stacks.yml does not know; add it "
+                             "to architectures or pick another gpu_profile")
+    return stack, arch
+
+
+def _driver_override(host: str, hostvars: Mapping[str, Any],
+                     overrides: list[str]) -> tuple[str | None, str | None]:
+    """Return the host's nvidia_driver_version override without its package revision, and
+    that revision (None, None: no override; the revision is None when not given). An
+    override is appended to ``overrides``; a malformed one raises InputError."""
+    driver = _override(hostvars, "nvidia_driver_version", host)
+    given: str | None = None
+    if driver is not None:
+        driver, given = _split_revision(driver)
+        if not DRIVER_RE.match(driver):
+            raise _bad_format(host, "nvidia_driver_version", driver, "550.54.15")
+        overrides.append("nvidia_driver_version")
+    return driver, given
+
+
+def _module_flavor(host: str, hostvars: Mapping[str, Any], overrides: list[str], stack: Stack,
+                   branch: int, matrix: StackMatrix, arch: ArchitectureSpec | None) -> str:
+    """Return the kernel module flavour: the host's nvidia_driver_module_flavor (appended to
+    ``overrides``; one that is not a flavour raises InputError), else the default one."""
+    flavor = _override(hostvars, "nvidia_driver_module_flavor", host)
+    if flavor is not None:
+        if flavor not in FLAVORS:
+            raise InputError(f"host {host}: nvidia_driver_module_flavor {flavor!r} is not a "
+                             f"kernel module flavour; choose one of {', '.join(FLAVORS)}")
+        overrides.append("nvidia_driver_module_flavor")
+    else:
+        flavor = _default_flavor(stack, branch, matrix, arch)
+    return flavor
+
+
+def _library_overrides(host: str, hostvars: Mapping[str, Any], overrides: list[str],
+                       matrix: StackMatrix) -> tuple[str | None, str | None, str | None]:
+    """Return the host's cuDNN, NCCL and Container Toolkit overrides, each checked (None:
+    the stack's). Each override is appended to ``overrides``; a malformed one raises
+    InputError."""
+    cudnn = _override(hostvars, "cudnn_version", host)
+    if cudnn is not None:
+        cudnn = _resolve_cudnn(host, cudnn, matrix)
+        overrides.append("cudnn_version")
+    nccl = _override(hostvars, "nccl_version", host)
+    if nccl is not None:
+        if not NCCL_RE.match(nccl):
+            raise _bad_format(host, "nccl_version", nccl, "2.21.5-1+cuda12.4")
+        overrides.append("nccl_version")
+    ctk = _override(hostvars, "nvidia_container_toolkit_version", host)
+    if ctk is not None:
+        ctk = ctk.removesuffix("-1")
+        if not CTK_RE.match(ctk):
+            raise _bad_format(host, "nvidia_container_toolkit_version", ctk, "1.17.8")
+        overrides.append("nvidia_container_toolkit_version")
+    return cudnn, nccl, ctk
 
 
 def _split_revision(raw: str) -> tuple[str, str | None]:
