@@ -255,28 +255,9 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
     with stoppable():
         try:
             for s in work:
-                inv_args = _prepare(s, project, playbook, inventories, extravars or {})
-                cmdline = " ".join(shlex.quote(a) for a in inv_args) + (
-                    " --check --diff" if check_mode else "")
-                s.proc = subprocess.Popen(executors.ssh(s.name, executors.worker_command()),
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, start_new_session=True)
-                kwargs = dict(private_data_dir=str(s.pdd), playbook=f"playbooks/{playbook}",
-                              ident=ident, limit="@../limit.txt", timeout=timeout, quiet=True,
-                              envvars=_env(), cmdline=cmdline, suppress_env_files=True,
-                              settings={"suppress_ansible_output": True,
-                                        "pexpect_timeout": PEXPECT_TIMEOUT_S})
-                for target in (_transmit, _process, _stderr):
-                    t = threading.Thread(target=target, args=(s, kwargs, handler), daemon=True)
-                    t.start()
-                    threads.append(t)
-            while any(t.is_alive() for t in threads):
-                if not cancelled and cancel_requested():
-                    cancelled = True
-                    for s in work:
-                        _stop(s)
-                for t in threads:
-                    t.join(timeout=0.2)
+                threads += _start_shard(s, executors, project, playbook, inventories,
+                                        extravars or {}, ident, timeout, check_mode, handler)
+            cancelled = _wait(threads, work)
         finally:
             for s in work:
                 _stop(s)
@@ -289,6 +270,52 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
                                 if st in statuses), "failed" if work else "unstarted"))
     result.rc = 0 if result.status == "successful" else max(
         [_rc(s.pdd / "artifacts" / ident) for s in work] + [1])
+    _record_unreached(result, work, cancelled)
+    return result
+
+
+def _start_shard(s: _Shard, executors: Executors, project: Path, playbook: str,
+                 inventories: Sequence[Path], extravars: Mapping[str, Any], ident: str,
+                 timeout: int, check_mode: bool, handler: Any) -> list[threading.Thread]:
+    """Prepare shard ``s``'s private data directory, start the worker on its executor over
+    ssh and the threads that send the phase, read its events and keep its stderr; return
+    those threads."""
+    inv_args = _prepare(s, project, playbook, inventories, extravars)
+    cmdline = " ".join(shlex.quote(a) for a in inv_args) + (
+        " --check --diff" if check_mode else "")
+    s.proc = subprocess.Popen(executors.ssh(s.name, executors.worker_command()),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    kwargs = dict(private_data_dir=str(s.pdd), playbook=f"playbooks/{playbook}",
+                  ident=ident, limit="@../limit.txt", timeout=timeout, quiet=True,
+                  envvars=_env(), cmdline=cmdline, suppress_env_files=True,
+                  settings={"suppress_ansible_output": True,
+                            "pexpect_timeout": PEXPECT_TIMEOUT_S})
+    threads: list[threading.Thread] = []
+    for target in (_transmit, _process, _stderr):
+        t = threading.Thread(target=target, args=(s, kwargs, handler), daemon=True)
+        t.start()
+        threads.append(t)
+    return threads
+
+
+def _wait(threads: list[threading.Thread], work: list[_Shard]) -> bool:
+    """Wait until every thread has ended; at a stop request, end every shard's ssh session
+    (once). Return whether the run was stopped."""
+    cancelled = False
+    while any(t.is_alive() for t in threads):
+        if not cancelled and cancel_requested():
+            cancelled = True
+            for s in work:
+                _stop(s)
+        for t in threads:
+            t.join(timeout=0.2)
+    return cancelled
+
+
+def _record_unreached(result: PlaybookResult, work: list[_Shard], cancelled: bool) -> None:
+    """Record the nodes of every shard whose worker failed (ssh, the worker, the stream) as
+    unreachable in ``result``, with the reason, unless the run was stopped. Returns None."""
     for s in work:
         # 255: ssh itself failed (could not connect, or the connection dropped): its own
         # message says why better than the stream's end does.
@@ -305,7 +332,6 @@ def run_sharded(playbook: str, inventories: Sequence[Path], run_dir: Path, ident
                     result.stats[host] = HostStats(unreachable=1)
                     result.failures.append(TaskFailure(host, f"executor {s.name}", why,
                                                        unreachable=True))
-    return result
 
 
 def _transmit(s: _Shard, kwargs: dict[str, Any], _handler: Any) -> None:

@@ -282,35 +282,8 @@ def run_playbook(
     result = PlaybookResult(playbook=playbook, status="unstarted", rc=-1, duration_s=0.0,
                             artifact_dir=data_dir / "artifacts" / ident)
     sink = EventSink(result, on_progress)
-    env = {
-        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_NOCOLOR": "1",
-        # No shared fact cache: ansible-runner points each phase's cache at its own artifacts
-        # directory (ANSIBLE_CACHE_PLUGIN_CONNECTION, set after these variables), so every
-        # phase gathers afresh and facts of an earlier run (a reinstalled node) never leak in.
-        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment does not set
-        # it, which would override ansible.cfg's `host_key_checking = true` for every run: keep
-        # it on. An inventory that turns it off for a host still can (the report says so).
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-            [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
-                os.pathsep),
-    }
-    env.update(_Fast.env)
-    # ansible-playbook comes with the interpreter's environment (the venv), even when the venv
-    # is not activated.
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    if shutil.which("ansible-playbook", path=path) is None:
-        raise EnvironmentProblem("ansible-playbook not found next to this Python or on PATH: "
-                                 "run `make deps`")
-    env["PATH"] = path
-    # Extra variables (a wheelhouse URL may carry mirror credentials) go through a 0600 file
-    # that is removed after the run, not ansible-playbook's argv (which `ps` shows everyone).
-    vars_file = data_dir / f".extravars-{ident}.json"
-    fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(dict(extravars or {}), handle)
+    env = _playbook_env(root)
+    vars_file = _write_extravars(data_dir, ident, extravars)
     cmdline = f"-e @{vars_file}" + (" --check --diff" if check_mode else "")
     started = time.monotonic()
     _Cancel.running = True
@@ -339,12 +312,60 @@ def run_playbook(
         vars_file.unlink(missing_ok=True)
         # ansible-runner's `command` artifact holds the whole controller environment.
         (data_dir / "artifacts" / ident / "command").unlink(missing_ok=True)
+    _finish(result, runner, playbook, started)
+    return result
+
+
+def _playbook_env(root: Path) -> dict[str, str]:
+    """Return the environment ansible-playbook runs with (before the caller's ANSIBLE_*
+    tuning): the collection's ansible.cfg, no colour, host key checking on, --fast's settings
+    and a PATH that finds ansible-playbook. Raises EnvironmentProblem when it finds none."""
+    env = {
+        "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        # No shared fact cache: ansible-runner points each phase's cache at its own artifacts
+        # directory (ANSIBLE_CACHE_PLUGIN_CONNECTION, set after these variables), so every
+        # phase gathers afresh and facts of an earlier run (a reinstalled node) never leak in.
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False when the environment does not set
+        # it, which would override ansible.cfg's `host_key_checking = true` for every run: keep
+        # it on. An inventory that turns it off for a host still can (the report says so).
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+            [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
+                os.pathsep),
+    }
+    env.update(_Fast.env)
+    # ansible-playbook comes with the interpreter's environment (the venv), even when the venv
+    # is not activated.
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    if shutil.which("ansible-playbook", path=path) is None:
+        raise EnvironmentProblem("ansible-playbook not found next to this Python or on PATH: "
+                                 "run `make deps`")
+    env["PATH"] = path
+    return env
+
+
+def _write_extravars(data_dir: Path, ident: str, extravars: Mapping[str, Any] | None) -> Path:
+    """Write the extra variables to a new 0600 file in ``data_dir``; return its path (the
+    caller removes it after the run)."""
+    # Extra variables (a wheelhouse URL may carry mirror credentials) go through a 0600 file
+    # that is removed after the run, not ansible-playbook's argv (which `ps` shows everyone).
+    vars_file = data_dir / f".extravars-{ident}.json"
+    fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(dict(extravars or {}), handle)
+    return vars_file
+
+
+def _finish(result: PlaybookResult, runner: Any, playbook: str, started: float) -> None:
+    """Record the ended run's duration, status and exit code in ``result``; a run that failed
+    before any host ran gets the controller's error as its one failure. Returns None."""
     result.duration_s = time.monotonic() - started
     result.status = str(runner.status)
     result.rc = int(runner.rc) if runner.rc is not None else -1
     if result.rc != 0 and not result.stats:
         result.failures.append(TaskFailure("controller", playbook, _controller_error(result)))
-    return result
 
 
 @contextlib.contextmanager
