@@ -174,14 +174,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
     for name, entry in inventory.hosts.items():
         if entry.kind == "cpu":
             continue
-        profile_name = entry.vars.get("gpu_profile")
-        if not profile_name:
-            raise InputError(f"{where}: host {name}: gpu_profile is not set; choose one of "
-                             f"{', '.join(sorted(profiles))}")
-        profile = profiles.get(str(profile_name))
-        if profile is None:
-            raise InputError(f"{where}: host {name}: gpu_profile {profile_name!r} is unknown; "
-                             f"choose one of {', '.join(sorted(profiles))}")
+        profile = _host_profile(where, name, entry.vars, profiles)
         hostvars = entry.vars if stack is None else {**entry.vars, "gpu_stack": stack}
         try:
             host_stack = resolve_stack(name, hostvars, profile, matrix,
@@ -193,8 +186,37 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         fabric = str(entry.vars.get("fabric") or profile.fabric)
         gpu_fabrics.add(fabric)
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
+    _add_cpu_hosts(plan, matrix, gpu_fabrics)
+    plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
+    resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
+    try:
+        check_cluster(resolved)
+        plan.lifecycle = lifecycle.judge(matrix, today or lifecycle.today(), eol)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from exc
+    return plan
+
+
+def _host_profile(where: str, name: str, hostvars: Mapping[str, Any],
+                  profiles: dict[str, Profile]) -> Profile:
+    """Return the hardware profile GPU host ``name`` names in gpu_profile; raise InputError
+    when it names none or one that is unknown."""
+    profile_name = hostvars.get("gpu_profile")
+    if not profile_name:
+        raise InputError(f"{where}: host {name}: gpu_profile is not set; choose one of "
+                         f"{', '.join(sorted(profiles))}")
+    profile = profiles.get(str(profile_name))
+    if profile is None:
+        raise InputError(f"{where}: host {name}: gpu_profile {profile_name!r} is unknown; "
+                         f"choose one of {', '.join(sorted(profiles))}")
+    return profile
+
+
+def _add_cpu_hosts(plan: ClusterPlan, matrix: StackMatrix, gpu_fabrics: set[str]) -> None:
+    """Add every CPU host of the plan's inventory to ``plan`` with its fabric, and a note
+    naming those left without RDMA configuration. Returns None."""
     no_rdma: list[str] = []
-    for name, entry in inventory.hosts.items():
+    for name, entry in plan.inventory.hosts.items():
         if entry.kind == "cpu":
             cpu_fabric = _cpu_fabric(entry.vars, gpu_fabrics)
             if cpu_fabric is None:
@@ -207,14 +229,6 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
             f"{', ...' if len(no_rdma) > 5 else ''}) get no RDMA configuration: the GPU nodes use "
             f"different fabrics ({', '.join(sorted(gpu_fabrics))}) and they name none; set "
             "fabric on a CPU node that needs RDMA")
-    plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
-    resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
-    try:
-        check_cluster(resolved)
-        plan.lifecycle = lifecycle.judge(matrix, today or lifecycle.today(), eol)
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from exc
-    return plan
 
 
 def _flag(host: str, hostvars: Mapping[str, Any], name: str) -> bool:

@@ -278,48 +278,9 @@ class Report:
         <error>)."""
         prefix = "SIMULATED " if self.simulated else ""
         root = ET.Element("testsuites", name=f"{prefix}gpu-cluster-provisioner {self.run_id}")
-        by_section: dict[str, list[Check]] = {}
-        for c in self.checks:
-            by_section.setdefault(c.phase, []).append(c)
-        for section, checks in by_section.items():
-            suite = _suite(root, prefix + section)
-            for c in checks:
-                case = ET.SubElement(suite, "testcase", classname=section,
-                                     name=f"{c.host}.{c.name}")
-                text = f"measured={c.measured} expected={c.expected}: {c.detail}"
-                if c.status == "fail":
-                    ET.SubElement(case, "failure", message=_xml(text), type="check")
-                elif c.status == "skip":
-                    ET.SubElement(case, "skipped", message=_xml(text))
-            _count(suite)
+        _check_suites(root, prefix, self.checks)
         for phase in self.phases:
-            suite = _suite(root, f"{prefix}{phase.name} ({phase.playbook})")
-            suite.set("time", f"{phase.duration_s:.2f}")
-            failures: dict[str, list[dict[str, Any]]] = {}
-            for f in phase.failures:
-                failures.setdefault(str(f["host"]), []).append(f)
-            for host in [*sorted(phase.hosts), *(h for h in failures if h not in phase.hosts)]:
-                case = ET.SubElement(suite, "testcase", classname=phase.name, name=host)
-                stats = phase.hosts.get(host, {})
-                mine = failures.get(host, [])
-                lines = _xml("\n".join(f"{f['task']}: {f['message']}" for f in mine))
-                unreachable = [f for f in mine if f.get("unreachable")]
-                if unreachable or stats.get("unreachable"):
-                    message = unreachable[0]["message"] if unreachable else "host unreachable"
-                    error = ET.SubElement(case, "error", message=_xml(message), type="unreachable")
-                    error.text = lines
-                elif mine or stats.get("failed"):
-                    message = mine[0]["message"] if mine else "a task failed"
-                    failure = ET.SubElement(case, "failure", message=_xml(message), type="task")
-                    failure.text = lines
-            if not phase.ok and not any(c.find("failure") is not None or c.find("error")
-                                        is not None for c in suite.findall("testcase")):
-                # The phase failed without a host to blame (ansible-playbook stopped early,
-                # timed out, was interrupted): the phase itself is the failed case.
-                case = ET.SubElement(suite, "testcase", classname=phase.name, name=phase.name)
-                ET.SubElement(case, "failure", message=_xml(
-                    f"{phase.playbook}: {phase.status} (rc {phase.rc})"), type="phase")
-            _count(suite)
+            _phase_suite(root, prefix, phase)
         if self.batches:
             _batch_suite(root, prefix, self.batches)
         # The verdict as a case of its own: a failed or interrupted run is never an empty or
@@ -339,6 +300,58 @@ class Report:
                 element.set(attr, redact(value, self._secrets))
         ET.indent(root)
         return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _check_suites(root: ET.Element, prefix: str, checks: list[Check]) -> None:
+    """Add one testsuite per report section to ``root``, with one testcase per host x check (a
+    failed check holds a <failure>, a skipped one <skipped>). Returns None."""
+    by_section: dict[str, list[Check]] = {}
+    for c in checks:
+        by_section.setdefault(c.phase, []).append(c)
+    for section, section_checks in by_section.items():
+        suite = _suite(root, prefix + section)
+        for c in section_checks:
+            case = ET.SubElement(suite, "testcase", classname=section,
+                                 name=f"{c.host}.{c.name}")
+            text = f"measured={c.measured} expected={c.expected}: {c.detail}"
+            if c.status == "fail":
+                ET.SubElement(case, "failure", message=_xml(text), type="check")
+            elif c.status == "skip":
+                ET.SubElement(case, "skipped", message=_xml(text))
+        _count(suite)
+
+
+def _phase_suite(root: ET.Element, prefix: str, phase: Phase) -> None:
+    """Add the testsuite of one playbook phase to ``root``, with one testcase per host (a failed
+    task holds a <failure>, an unreachable host an <error>), or the phase itself as the failed
+    case when it failed without a host to blame. Returns None."""
+    suite = _suite(root, f"{prefix}{phase.name} ({phase.playbook})")
+    suite.set("time", f"{phase.duration_s:.2f}")
+    failures: dict[str, list[dict[str, Any]]] = {}
+    for f in phase.failures:
+        failures.setdefault(str(f["host"]), []).append(f)
+    for host in [*sorted(phase.hosts), *(h for h in failures if h not in phase.hosts)]:
+        case = ET.SubElement(suite, "testcase", classname=phase.name, name=host)
+        stats = phase.hosts.get(host, {})
+        mine = failures.get(host, [])
+        lines = _xml("\n".join(f"{f['task']}: {f['message']}" for f in mine))
+        unreachable = [f for f in mine if f.get("unreachable")]
+        if unreachable or stats.get("unreachable"):
+            message = unreachable[0]["message"] if unreachable else "host unreachable"
+            error = ET.SubElement(case, "error", message=_xml(message), type="unreachable")
+            error.text = lines
+        elif mine or stats.get("failed"):
+            message = mine[0]["message"] if mine else "a task failed"
+            failure = ET.SubElement(case, "failure", message=_xml(message), type="task")
+            failure.text = lines
+    if not phase.ok and not any(c.find("failure") is not None or c.find("error")
+                                is not None for c in suite.findall("testcase")):
+        # The phase failed without a host to blame (ansible-playbook stopped early,
+        # timed out, was interrupted): the phase itself is the failed case.
+        case = ET.SubElement(suite, "testcase", classname=phase.name, name=phase.name)
+        ET.SubElement(case, "failure", message=_xml(
+            f"{phase.playbook}: {phase.status} (rc {phase.rc})"), type="phase")
+    _count(suite)
 
 
 def _batch_suite(root: ET.Element, prefix: str, batches: list[Batch]) -> None:
