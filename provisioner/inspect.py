@@ -23,6 +23,8 @@ NVIDIA_SMI_NVLINK = "nvidia-smi-nvlink"
 NVIDIA_SMI_TOPO = "nvidia-smi-topo"
 IBSTAT = "ibstat"
 IB_SYSFS_FLAT = "ib-sysfs-flat"
+NVIDIA_SMI_PLAIN = "nvidia-smi-plain"
+IBV_DEVINFO = "ibv-devinfo"
 NCCL_TESTS = "nccl-tests"
 DMESG_XID = "dmesg-xid"
 DCGMI_DIAG = "dcgmi-diag"
@@ -33,6 +35,8 @@ FORMATS = (
     NVIDIA_SMI_TOPO,
     IBSTAT,
     IB_SYSFS_FLAT,
+    NVIDIA_SMI_PLAIN,
+    IBV_DEVINFO,
     NCCL_TESTS,
     DMESG_XID,
     DCGMI_DIAG,
@@ -64,6 +68,8 @@ _NVLINK_BODY = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 _TOPO_ROW = re.compile(r"^GPU0\s+X\b", re.MULTILINE)
+_SMI_TABLE_HEADER = re.compile(r"^\|\s*NVIDIA-SMI\s+\S+\s+Driver Version:", re.MULTILINE)
+_IBV_HCA = re.compile(r"^hca_id:[ \t]*\S+[ \t]*$", re.MULTILINE)
 _XID = re.compile(r"NVRM:\s*Xid\s*\(")
 
 # format -> (module in module_utils/gpucluster, function taking the file's text)
@@ -73,6 +79,8 @@ _PARSERS = {
     NVIDIA_SMI_TOPO: ("topo", "parse_topo_matrix"),
     IBSTAT: ("ibstat", "parse_ibstat"),
     IB_SYSFS_FLAT: ("ib_sysfs", "parse_ib_sysfs_flat"),
+    NVIDIA_SMI_PLAIN: ("nvsmi_table", "parse_nvidia_smi_table"),
+    IBV_DEVINFO: ("ibv_devinfo", "parse_ibv_devinfo"),
     NCCL_TESTS: ("nccl_tests", "parse_nccl_tests"),
     DMESG_XID: ("xid", "parse_xid"),
     DCGMI_DIAG: ("dcgm", "parse_dcgmi_diag"),
@@ -121,6 +129,10 @@ def detect_format(text: str) -> str:
         return IBSTAT
     if _SYSFS_LINE.search(plain):
         return IB_SYSFS_FLAT
+    if _SMI_TABLE_HEADER.search(plain):
+        return NVIDIA_SMI_PLAIN
+    if _IBV_HCA.search(plain):
+        return IBV_DEVINFO
     if _has_nvlink_gpu_line(plain) and _NVLINK_BODY.search(plain):
         return NVIDIA_SMI_NVLINK
     if _TOPO_ROW.search(plain.replace("\t", " ")):
@@ -236,13 +248,21 @@ def nccl_tests_point(facts: dict[str, Any]) -> Any:
 def _busbw_check(facts: dict[str, Any], profile: Any) -> dict[str, Any]:
     hosts = {r.get("host") for r in facts.get("ranks") or [] if r.get("host")}
     inter = len(hosts) > 1
-    floor = profile.busbw_floor_inter_gbps if inter else profile.busbw_floor_intra_gbps
+    key = "busbw_floor_inter_gbps" if inter else "busbw_floor_intra_gbps"
+    floor = getattr(profile, key)
     point = nccl_tests_point(facts)
     where = "multi-node" if inter else "single-node (or unknown hosts)"
     if point is None:
         return {"name": "nccl_busbw", "status": "skip", "measured": None, "expected": floor,
                 "detail": f"no all-reduce size >= {human_size(FLOOR_MIN_BYTES)} in the log; "
                           "rerun with -e 8G (the floors are defined at the largest sizes)"}
+    if floor is None:
+        # As burn-in does for a copy floor the profile lacks: measured, reported, not judged.
+        return {"name": "nccl_busbw", "status": "skip", "measured": round(point.busbw_gbps, 3),
+                "expected": None,
+                "detail": f"busbw {point.busbw_gbps:g} GB/s at {human_size(point.size_bytes)} (the "
+                          f"largest size), not judged: profile {profile.name} has no {key} "
+                          f"({where})"}
     ok = point.busbw_gbps >= floor
     return {"name": "nccl_busbw", "status": "pass" if ok else "fail",
             "measured": round(point.busbw_gbps, 3), "expected": floor,

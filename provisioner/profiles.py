@@ -92,8 +92,10 @@ class Profile(BaseModel):
     ib_hcas: int = Field(ge=0)
     ib_rate_gbps: int = Field(ge=0)
     fabric: Fabric
-    busbw_floor_intra_gbps: float = Field(gt=0)
-    busbw_floor_inter_gbps: float = Field(gt=0)
+    # GB/s (see profiles.yml's header); None: no floor yet (a profile written from a machine's
+    # tool outputs, before a healthy node was measured): busbw is reported, not judged.
+    busbw_floor_intra_gbps: float | None = Field(default=None, gt=0)
+    busbw_floor_inter_gbps: float | None = Field(default=None, gt=0)
     # Gb/s per HCA for perftest ib_write_bw; 0 = no floor (see profiles.yml's header).
     ib_write_bw_floor_gbps: float = Field(default=0.0, ge=0)
     # GB/s, the GPU's memory bandwidth in its datasheet (the simulated nvbandwidth's local copy

@@ -18,7 +18,7 @@ from provisioner.busbw import CPU_SIZES, FLOOR_MIN_BYTES, GPU_SIZES, human_size
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report
-from provisioner.smoke import judge, load_smoke_result, training_name
+from provisioner.smoke import NO_FLOOR_REASON, judge, load_smoke_result, training_name
 from provisioner.wheelhouse import (
     NodePlatform,
     controller_platform,
@@ -223,19 +223,21 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                 verdict = run["verdict"]
                 report.checks.append(Check(
                     host=host, phase="smoke", name="nccl_tests_busbw",
-                    status=("skip" if verdict["floor_skipped"] else
-                            "pass" if verdict["passed"] else "fail"),
+                    status=("fail" if not verdict["passed"] else
+                            "skip" if verdict["floor_skipped"] else "pass"),
                     measured=_round(verdict["best_busbw_gbps"]),
                     expected=verdict["floor_gbps"], detail=verdict["summary"]))
                 continue
             (out_dir / f"{host}-{name}.log").write_text("\n".join(result.get("log") or []) + "\n")
             if name == "inter" and not result.get("result") and _inter_result_elsewhere(reports):
                 continue  # rank 0 (wherever the rendezvous put it) holds the result
-            floor = None
+            floor, no_floor = None, None
             if profile is not None:
-                floor = (profile.busbw_floor_intra_gbps if name == "intra"
-                         else profile.busbw_floor_inter_gbps)
-            run = _judge_pass(host, name, result, floor, plan.simulated, out_dir, unreachable)
+                key = "busbw_floor_intra_gbps" if name == "intra" else "busbw_floor_inter_gbps"
+                floor = getattr(profile, key)
+                no_floor = _no_floor_reason(profile, key) if floor is None else None
+            run = _judge_pass(host, name, result, floor, plan.simulated, out_dir, unreachable,
+                              no_floor)
             ok = ok and run["verdict"]["passed"]
             runs.append(run)
             report.checks.append(Check(
@@ -262,13 +264,24 @@ def _nccl_tests_run(host: str, result: Mapping[str, Any], profile: Any) -> dict[
                 "verdict": {"passed": True, "best_busbw_gbps": None, "floor_gbps": None,
                             "floor_skipped": str(result["skipped"]),
                             "summary": f"SKIPPED: {result['skipped']}"}}
+    floor = profile.busbw_floor_intra_gbps if profile is not None else None
+    no_floor = (_no_floor_reason(profile, "busbw_floor_intra_gbps")
+                if profile is not None and floor is None else None)
     return judge_nccl_tests(label, host, str(result.get("output") or ""), result.get("rc"),
-                            profile.busbw_floor_intra_gbps if profile is not None else None)
+                            floor, no_floor)
+
+
+def _no_floor_reason(profile: Any, key: str) -> str:
+    """Why a busbw floor was not applied: the host's profile has none (e.g. one detected from a
+    machine's tool outputs, before a healthy node was measured)."""
+    return f"profile {profile.name} has no {key}, so busbw is reported, not judged"
 
 
 def judge_nccl_tests(label: str, host: str, output: str, rc: Any,
-                     floor: float | None) -> dict[str, Any]:
-    """One all_reduce_perf log -> a smoke run entry with its verdict (parse -> judge)."""
+                     floor: float | None, no_floor: str | None = None) -> dict[str, Any]:
+    """One all_reduce_perf log -> a smoke run entry with its verdict (parse -> judge).
+    ``no_floor``: why there is no floor, when the host's profile has none (the entry's
+    ``floor_skipped``; the busbw is reported, not judged)."""
     from provisioner.inspect import NCCL_TESTS, nccl_tests_point, parse_text
 
     try:
@@ -296,7 +309,7 @@ def judge_nccl_tests(label: str, host: str, output: str, rc: Any,
         summary = (f"busbw {point.busbw_gbps:.2f} GB/s at {human_size(point.size_bytes)} vs "
                    f"floor {floor:g} GB/s" if floor is not None else
                    f"busbw {point.busbw_gbps:.2f} GB/s at {human_size(point.size_bytes)}, "
-                   "no floor configured")
+                   + (no_floor or "no floor configured"))
         if floor is not None and point.busbw_gbps < floor:
             problems.append("below the floor")
     passed = not problems
@@ -306,7 +319,8 @@ def judge_nccl_tests(label: str, host: str, output: str, rc: Any,
                         "summary": ("PASS: " if passed else "FAIL: ") + "; ".join(
                             [f"nccl-tests all_reduce_perf: {summary}", *problems]),
                         "best_busbw_gbps": point.busbw_gbps if point else None,
-                        "floor_gbps": floor, "floor_skipped": None}}
+                        "floor_gbps": floor,
+                        "floor_skipped": no_floor if floor is None else None}}
 
 
 def _inter_result_elsewhere(reports: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -319,7 +333,8 @@ def _round(value: float | None) -> float | None:
 
 
 def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | None,
-                simulated: bool, out_dir: Path, unreachable: list[str]) -> dict[str, Any]:
+                simulated: bool, out_dir: Path, unreachable: list[str],
+                no_floor: str | None = None) -> dict[str, Any]:
     label = f"{name}-node" if name == "inter" else f"intra-node {host}"
     data = result.get("result")
     if not data:
@@ -336,8 +351,14 @@ def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | 
         return {"label": label, "host": host, "allreduce": [], "verdict": {
             "passed": False, "best_busbw_gbps": None, "summary": str(exc)}}
     verdict = judge(parsed, floor, simulated)
+    skipped = verdict.floor.skipped_reason
+    if skipped == NO_FLOOR_REASON and no_floor:
+        skipped = no_floor  # the profile has no floor: say which, and that busbw is unjudged
     at = human_size(verdict.floor.size_bytes) if verdict.floor.size_bytes else "no size >= 1 GiB"
-    floor_text = (f"floor skipped: {verdict.floor.skipped_reason}" if verdict.floor.skipped_reason
+    best = verdict.floor.best_busbw_gbps
+    measured = (f"busbw {best:.2f} GB/s at {at}; "
+                if no_floor and skipped == no_floor and best is not None else "")
+    floor_text = (f"{measured}floor skipped: {skipped}" if skipped
                   else f"busbw {verdict.floor.best_busbw_gbps or 0.0:.2f} GB/s at {at} vs floor "
                        f"{verdict.floor.floor_gbps or 0.0:g} GB/s")
     summary = (f"PASS: correct all-reduce, {training_name(parsed.framework)} loss decreased, "
@@ -353,5 +374,5 @@ def _judge_pass(host: str, name: str, result: Mapping[str, Any], floor: float | 
         "verdict": {"passed": verdict.passed, "summary": summary,
                     "best_busbw_gbps": verdict.floor.best_busbw_gbps,
                     "floor_gbps": verdict.floor.floor_gbps,
-                    "floor_skipped": verdict.floor.skipped_reason},
+                    "floor_skipped": skipped},
     }

@@ -21,6 +21,8 @@ EXPECTED = {
     "ibstat/cx7-ndr-9ca-half-rate-down-roce-ibpanic.txt": "ibstat",
     "ibstat/cx5-2port-spaces-sdr-ddr.txt": "ibstat",
     "ib-sysfs-flat/h100-4dev-half-rate-down-roce.txt": "ib-sysfs-flat",
+    "nvidia-smi-plain/l40s-2gpu-535-capped-325w.txt": "nvidia-smi-plain",
+    "ibv-devinfo/cx7-ndr-ib-plus-eth-down-verbose.txt": "ibv-devinfo",
     "nccl-tests/h100-2node-16rank-allreduce-ncclinfo.txt": "nccl-tests",
     "nccl-tests/allgather-old-no-redop-markdown.txt": "nccl-tests",
     "nccl-tests/alltoall-json-v2.json": "nccl-tests",

@@ -33,9 +33,11 @@ SUPPORTED = {
     "nccl-tests": "nccl-tests",
     "dmesg-xid": "dmesg-xid",
     "dcgmi-diag": "dcgmi-diag",
+    "nvidia-smi-plain": "nvidia-smi-plain",
+    "ibv_devinfo": "ibv-devinfo",
 }
 # outputs we have no parser for (yet): inspect must refuse them, not misread them
-UNSUPPORTED = ("ibv_devinfo", "lspci-nvidia", "nvidia-smi-plain", "nvidia-smi-query-csv")
+UNSUPPORTED = ("lspci-nvidia", "nvidia-smi-query-csv")
 
 
 def _files(kinds: Any) -> list[Path]:

@@ -209,6 +209,10 @@ def _gpu(index: int, gpu: ET.Element) -> dict[str, Any]:
         # nvidia-smi lists GPUs in its own index order (PCI bus order), so position == index.
         "index": index,
         "name": _text(gpu, "product_name"),
+        # As printed: "Hopper", "Ada Lovelace" (absent before driver ~470: None).
+        "product_architecture": _text(gpu, "product_architecture"),
+        # As printed: device id then vendor id, "233510DE" (lspci's 10de:2335).
+        "pci_device_id": _text(gpu, "pci/pci_device_id"),
         "uuid": _text(gpu, "uuid"),
         "serial": _text(gpu, "serial"),
         "minor_number": _int(gpu, "minor_number"),
