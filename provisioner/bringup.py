@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -318,12 +318,56 @@ class _Sharding:
     shards: dict[str, list[str]]
 
 
-def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
-                phases: Sequence[tuple[str, str]], options: RunOptions,
-                display: DisplayFactory, sharding: _Sharding | None) -> bool:
-    plan_inventory = plan.write_inventory(run_dir / "plan.yml")
-    plan_inventory.chmod(0o600)
-    inventories = [plan.inventory.source, plan_inventory]
+@dataclass(frozen=True)
+class PhaseHooks:
+    """What a phase of ``up`` does beyond running its playbook on the run's nodes.
+
+    ``every_node``: it runs on every node the run has not lost, --limit or not (the scheduler:
+    slurm.conf is one file for the whole cluster, written from every compute node's facts; on
+    converged nodes it changes nothing). ``measures_cluster``: the first phase that measures
+    the whole cluster (a retried run goes back to every node from it; in check mode it skips
+    the nodes an earlier phase would change). ``extravars``: variables it needs from the plan
+    and the report so far. ``after``: what the run takes from its result (checks, notes).
+    ``runs_itself``: the phase is not one playbook (the smoke job: run_smoke)."""
+
+    every_node: bool = False
+    measures_cluster: bool = False
+    extravars: Callable[[ClusterPlan, Report], dict[str, Any]] | None = None
+    after: Callable[[ClusterPlan, Report, PlaybookResult, bool, RunOptions], None] | None = None
+    runs_itself: bool = False
+
+
+def _counter_readings(plan: ClusterPlan, report: Report) -> dict[str, Any]:
+    return {readings.EXTRA_VAR: last_counter_readings(plan, report)}
+
+
+def _judge_stack(plan: ClusterPlan, report: Report, result: PlaybookResult, ok: bool,
+                 options: RunOptions) -> None:
+    # Judged even when the phase failed: a role publishes what it measured before it fails the
+    # host on a mismatch, and the report must show that check as failed. Check mode installs
+    # nothing, so there is nothing to judge.
+    if options.check_mode:
+        return
+    report.checks.extend(stack_checks(plan, result.reports, completed=ok,
+                                      hosts_run=set(result.stats)))
+
+
+def _monitoring_notes(plan: ClusterPlan, report: Report, result: PlaybookResult,
+                      _ok: bool, _options: RunOptions) -> None:
+    report.notes.extend(monitoring_notes(plan, result.reports))
+
+
+PHASE_HOOKS: dict[str, PhaseHooks] = {
+    "stack": PhaseHooks(after=_judge_stack),
+    SCHEDULER: PhaseHooks(every_node=True),
+    WHOLE_CLUSTER_FROM: PhaseHooks(measures_cluster=True, extravars=_counter_readings),
+    "monitoring": PhaseHooks(after=_monitoring_notes),
+    SMOKE_PHASE[0]: PhaseHooks(runs_itself=True),
+}
+
+
+def _driver_extravars(plan: ClusterPlan, options: RunOptions, run_dir: Path) -> dict[str, Any]:
+    """The reboot policy of the run, as the driver role's variables."""
     extravars: dict[str, Any] = {"nvidia_driver_reboot_ok": options.reboot_ok}
     if options.reboot_batch is not None:
         extravars["nvidia_driver_reboot_batch"] = options.reboot_batch
@@ -335,95 +379,134 @@ def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
         extravars["nvidia_driver_reboot_max_lost"] = allowed_losses(options.max_fail,
                                                                     len(plan.hosts))
         extravars["nvidia_driver_reboot_record"] = str(run_dir / REBOOT_RECORD)
-    lost = report.lost_hosts
+    if options.max_fail is not None:
+        # preflight.yml's last play applies the policy to the nodes it targeted.
+        extravars["gpuc_max_fail"] = options.max_fail
+    return extravars
+
+
+@dataclass
+class _RunState:
+    """What the phases of one run share as they go."""
+
+    inventories: list[Path]
+    extravars: dict[str, Any]
+    retrying: bool
     allowed: int | None = None
-    retrying = bool(options.retry_hosts)
     # Check mode: the nodes an earlier phase would change. Nothing was changed, so validate
     # would measure them as they are, not as the run would leave them: it skips them.
-    would_change: set[str] = set()
+    would_change: set[str] = field(default_factory=set)
+
+
+def _run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
+                phases: Sequence[tuple[str, str]], options: RunOptions,
+                display: DisplayFactory, sharding: _Sharding | None) -> bool:
+    plan_inventory = plan.write_inventory(run_dir / "plan.yml")
+    plan_inventory.chmod(0o600)
+    state = _RunState([plan.inventory.source, plan_inventory],
+                      _driver_extravars(plan, options, run_dir), bool(options.retry_hosts))
+    lost = report.lost_hosts
     for index, (name, playbook) in enumerate(phases):
-        if name == WHOLE_CLUSTER_FROM:
-            retrying = False
-        base = ":".join(options.retry_hosts) if retrying else options.limit
-        if name == SCHEDULER:
-            # slurm.conf is one file for the whole cluster, written from every compute node's
-            # facts: the scheduler phase runs on every node the run has not lost, --limit or
-            # not (on converged nodes it changes nothing).
-            base = None
-        limit = _limit_without(base, lost)
-        unjudged: list[str] = []
-        if options.check_mode and name == WHOLE_CLUSTER_FROM and would_change - set(lost):
-            unjudged = sorted(would_change - set(lost))
-            report.notes.append(
-                f"check mode: {name} skips {', '.join(unjudged)}: an earlier phase would change "
-                "them first, so what it measures now is not what the run would leave")
-            if not set(plan.hosts) - set(lost) - set(unjudged):
-                continue  # nobody left to measure (a limit matching no host is an error)
-            limit = _limit_without(limit, dict.fromkeys(unjudged))
-        if name == "smoke":
-            smoke_options = replace(options, limit=limit)
-            if not run_smoke(plan, report, run_dir, inventories, index, smoke_options, display):
+        hooks = PHASE_HOOKS.get(name, PhaseHooks())
+        if hooks.measures_cluster:
+            state.retrying = False
+        base = ":".join(options.retry_hosts) if state.retrying else options.limit
+        limit = _limit_without(None if hooks.every_node else base, lost)
+        unjudged = _unjudged(plan, report, name, hooks, options, state)
+        if unjudged is None:
+            continue  # nobody left to measure (a limit matching no host is an error)
+        limit = _limit_without(limit, dict.fromkeys(unjudged)) if unjudged else limit
+        if hooks.runs_itself:
+            if not run_smoke(plan, report, run_dir, state.inventories, index,
+                             replace(options, limit=limit), display):
                 return False
             continue
-        if options.max_fail is not None:
-            # preflight.yml's last play applies the policy to the nodes it targeted.
-            extravars["gpuc_max_fail"] = options.max_fail
-        ident = f"{options.ident_prefix}{index:02d}-{name}"
-        phase_vars = dict(extravars)
-        if name == COUNTERS_PHASE:
-            phase_vars[readings.EXTRA_VAR] = last_counter_readings(plan, report)
+        phase_vars = {**state.extravars,
+                      **(hooks.extravars(plan, report) if hooks.extravars else {})}
         with display(f"{name} ({playbook})") as progress:
-            if sharding is not None and name in SHARDED_PHASES:
-                wanted = set(options.retry_hosts) if retrying else (
-                    set(options.limit_hosts) if options.limit_hosts is not None else None)
-                mine = {executor: [h for h in hosts if (wanted is None or h in wanted)
-                                   and h not in lost and h not in unjudged]
-                        for executor, hosts in sharding.shards.items()}
-                # The loss policy over the whole run, as a count: each executor's preflight
-                # judges its shard against it, the controller the sum (below).
-                targeted = sum(len(hosts) for hosts in mine.values())
-                result = run_sharded(playbook, inventories, run_dir, ident, mine,
-                                     sharding.executors, sharding.project,
-                                     extravars={**phase_vars, "gpuc_max_fail": str(
-                                         allowed_losses(options.max_fail, targeted))},
-                                     timeout=options.timeout_s, check_mode=options.check_mode,
-                                     on_progress=progress)
-            else:
-                result = run_playbook(playbook, inventories, run_dir, ident,
-                                      extravars=phase_vars, limit=limit,
-                                      timeout=options.timeout_s, check_mode=options.check_mode,
-                                      on_progress=progress)
+            result = _run_phase_playbook(playbook, f"{options.ident_prefix}{index:02d}-{name}",
+                                         name, run_dir, options, state, sharding, phase_vars,
+                                         limit, lost, unjudged, progress)
         checks_before = len(report.checks)
         phase = report.add_phase(name, result)
         if options.check_mode:
-            would_change.update(host for host, stats in result.stats.items() if stats.changed)
+            state.would_change.update(h for h, stats in result.stats.items() if stats.changed)
         secure_run_dir(run_dir, report)
         raise_if_cancelled()
-        if name == "stack" and not options.check_mode:
-            # Judged even when the phase failed: a role publishes what it measured before it
-            # fails the host on a mismatch, and the report must show that check as failed.
-            report.checks.extend(stack_checks(plan, result.reports, completed=phase.ok,
-                                              hosts_run=set(result.stats)))
-        if name == "monitoring":
-            report.notes.extend(monitoring_notes(plan, result.reports))
-        if allowed is None:
-            allowed = allowed_losses(options.max_fail, len(result.stats) or len(plan.hosts))
-        newly = _losses(result, report.checks[checks_before:], name)
-        lost.update(newly)
-        if phase.ok and not newly:
-            continue
-        survivors = [host for host in result.stats if host not in lost]
-        if not survivors or not newly:
-            return False  # nobody left to go on with, or the playbook itself failed
-        if len(lost) > allowed:
-            report.notes.append(
-                f"stopped after {name}: {len(lost)} node(s) lost ({', '.join(sorted(lost))}), "
-                f"the run may lose {allowed} (--max-fail "
-                f"{options.max_fail or 'default: 0 up to 8 nodes, else 5%'})")
+        if hooks.after is not None:
+            hooks.after(plan, report, result, phase.ok, options)
+        if not _go_on(plan, report, name, result, report.checks[checks_before:], phase.ok,
+                      options, state):
             return False
-        report.notes.append(f"{name}: going on without {', '.join(sorted(newly))} "
-                            f"({len(lost)} lost, the run may lose {allowed})")
     return not lost
+
+
+def _unjudged(plan: ClusterPlan, report: Report, name: str, hooks: PhaseHooks,
+              options: RunOptions, state: _RunState) -> list[str] | None:
+    """Check mode, the phase that measures the cluster: the nodes it skips (an earlier phase
+    would change them), noted; None when that leaves nobody to measure."""
+    lost = report.lost_hosts
+    if not (options.check_mode and hooks.measures_cluster and state.would_change - set(lost)):
+        return []
+    unjudged = sorted(state.would_change - set(lost))
+    report.notes.append(
+        f"check mode: {name} skips {', '.join(unjudged)}: an earlier phase would change "
+        "them first, so what it measures now is not what the run would leave")
+    if not set(plan.hosts) - set(lost) - set(unjudged):
+        return None
+    return unjudged
+
+
+def _run_phase_playbook(playbook: str, ident: str, name: str, run_dir: Path,
+                        options: RunOptions, state: _RunState, sharding: _Sharding | None,
+                        phase_vars: dict[str, Any], limit: str | None,
+                        lost: Mapping[str, Any], unjudged: Sequence[str],
+                        progress: ProgressCallback) -> PlaybookResult:
+    """The phase's playbook from the controller, or over the executors when it is sharded."""
+    if sharding is None or name not in SHARDED_PHASES:
+        return run_playbook(playbook, state.inventories, run_dir, ident, extravars=phase_vars,
+                            limit=limit, timeout=options.timeout_s,
+                            check_mode=options.check_mode, on_progress=progress)
+    wanted = set(options.retry_hosts) if state.retrying else (
+        set(options.limit_hosts) if options.limit_hosts is not None else None)
+    mine = {executor: [h for h in hosts if (wanted is None or h in wanted)
+                       and h not in lost and h not in unjudged]
+            for executor, hosts in sharding.shards.items()}
+    # The loss policy over the whole run, as a count: each executor's preflight judges its
+    # shard against it, the controller the sum (_go_on).
+    targeted = sum(len(hosts) for hosts in mine.values())
+    return run_sharded(playbook, state.inventories, run_dir, ident, mine, sharding.executors,
+                       sharding.project,
+                       extravars={**phase_vars, "gpuc_max_fail": str(
+                           allowed_losses(options.max_fail, targeted))},
+                       timeout=options.timeout_s, check_mode=options.check_mode,
+                       on_progress=progress)
+
+
+def _go_on(plan: ClusterPlan, report: Report, name: str, result: PlaybookResult,
+           new_checks: Sequence[Check], ok: bool, options: RunOptions,
+           state: _RunState) -> bool:
+    """The loss policy after a phase: whether the run goes on, the nodes it lost recorded and
+    noted."""
+    lost = report.lost_hosts
+    if state.allowed is None:
+        state.allowed = allowed_losses(options.max_fail, len(result.stats) or len(plan.hosts))
+    newly = _losses(result, new_checks, name)
+    lost.update(newly)
+    if ok and not newly:
+        return True
+    survivors = [host for host in result.stats if host not in lost]
+    if not survivors or not newly:
+        return False  # nobody left to go on with, or the playbook itself failed
+    if len(lost) > state.allowed:
+        report.notes.append(
+            f"stopped after {name}: {len(lost)} node(s) lost ({', '.join(sorted(lost))}), "
+            f"the run may lose {state.allowed} (--max-fail "
+            f"{options.max_fail or 'default: 0 up to 8 nodes, else 5%'})")
+        return False
+    report.notes.append(f"{name}: going on without {', '.join(sorted(newly))} "
+                        f"({len(lost)} lost, the run may lose {state.allowed})")
+    return True
 
 
 def last_counter_readings(plan: ClusterPlan, report: Report) -> dict[str, dict[str, Any]]:
