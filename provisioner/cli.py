@@ -295,11 +295,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="verify: this stack only")
     _json_option(stacks, "the list, the stack or the verification")
 
-    profs = sub.add_parser("profiles", help="the hardware profiles (GPU, minimum driver, fabric)")
-    _json_option(profs, "the list")
+    profs = sub.add_parser("profiles", help="the hardware profiles (GPU, minimum driver, "
+                           "fabric); `profiles detect` writes one from a machine's tools")
+    profs.add_argument("action", nargs="?", choices=["list", "detect"], default="list")
+    profs.add_argument("files", nargs="*", metavar="FILE",
+                       help="detect: saved outputs of one machine (nvidia-smi -q -x, the plain "
+                       "nvidia-smi table, nvidia-smi nvlink -s, nvidia-smi topo -m, ibstat, "
+                       "ibv_devinfo, a flattened /sys/class/infiniband), recognised by content")
+    profs.add_argument("--inventory", "-i",
+                       help="detect: read a live node of this inventory instead (read-only)")
+    profs.add_argument("--limit", metavar="HOST", help="detect --inventory: the node")
+    profs.add_argument("--name", help="detect: the profile's name (default: site-profile)")
+    profs.add_argument("--output", "-o", metavar="FILE",
+                       help="detect: write the profile YAML here (default: standard output)")
+    _json_option(profs, "the list, or what detect found")
 
     insp = sub.add_parser("inspect", help="parse saved outputs (nvidia-smi -q -x, nvlink -s, "
-                          "topo -m, ibstat, IB sysfs dump, all_reduce_perf, dmesg, dcgmi diag)")
+                          "topo -m, ibstat, IB sysfs dump, the plain nvidia-smi table, "
+                          "ibv_devinfo, "
+                          "all_reduce_perf, dmesg, dcgmi diag)")
     insp.add_argument("files", nargs="+")
     insp.add_argument("--profile", help="also judge the facts against this hardware profile")
     _json_option(insp, "the parsed facts (and checks)")
@@ -909,6 +923,12 @@ def _profiles(args: argparse.Namespace) -> int:
     from provisioner import render
     from provisioner.profiles import load_profiles, profile_sources
 
+    if args.action == "detect":
+        return _profiles_detect(args)
+    if args.files or args.inventory or args.limit or args.name or args.output:
+        raise InputError("FILE, --inventory, --limit, --name and --output belong to "
+                         "`provisioner profiles detect`")
+
     matrix = stacks.load_matrix()
     rows = []
     sources = profile_sources()
@@ -929,6 +949,47 @@ def _profiles(args: argparse.Namespace) -> int:
     else:
         render.rows_table(console, f"hardware profiles ({_data_title('profiles.yml')})",
                           _shown(rows))
+    return EXIT_OK
+
+
+def _profiles_detect(args: argparse.Namespace) -> int:
+    """A profile from saved outputs or a live node: YAML on stdout (or -o), what it could not
+    see on stderr, one line each."""
+    from provisioner import detect, render
+
+    name = args.name or "site-profile"
+    if bool(args.files) == bool(args.inventory):
+        raise InputError("profiles detect: give saved output FILEs or --inventory X --limit "
+                         "HOST, one of the two")
+    if args.inventory:
+        from provisioner import detect_node
+
+        with _display_factory(args)("detect (detect.yml)") as progress:
+            node = detect_node.detect_node(Path(args.inventory), args.limit, name, progress)
+        found, where = node.detected, f"{node.host} (outputs kept in {node.run_dir})"
+        for key, why in node.silent.items():
+            errconsole.print(escape(f"{node.host}: {key} {why}"), soft_wrap=True)
+    else:
+        found, where = detect.detect_profile([Path(f) for f in args.files], name), "the files"
+    text = detect.render_profile_yaml(found, name)
+    if args.json:
+        print(render.as_json({"name": name, "from": where, "facts": found.facts,
+                              "sources": found.sources, "missing": found.missing,
+                              "reasons": found.reasons, "withheld": found.withheld,
+                              "unused": found.unused}))
+    elif args.output:
+        from provisioner.report import write_private
+
+        write_private(Path(args.output), text)
+        errconsole.print(escape(f"profile {name} written to {args.output}, read from {where}"))
+    else:
+        print(text, end="")
+    for field_name in found.missing:
+        why = found.withheld.get(field_name) or found.reasons.get(field_name) or "not shown"
+        errconsole.print(escape(f"not detected: {field_name}: {why}"), soft_wrap=True)
+    for unused in found.unused:
+        errconsole.print(escape(f"not used: {unused} (says nothing of a profile)"),
+                         soft_wrap=True)
     return EXIT_OK
 
 
