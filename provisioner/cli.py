@@ -981,7 +981,8 @@ def _profiles_detect(args: argparse.Namespace) -> int:
         from provisioner.report import write_private
 
         write_private(Path(args.output), text)
-        errconsole.print(escape(f"profile {name} written to {args.output}, read from {where}"))
+        errconsole.print(escape(f"profile {name} written to {args.output}, read from {where}"),
+                         soft_wrap=True)
     else:
         print(text, end="")
     for field_name in found.missing:
