@@ -34,6 +34,11 @@ options:
     description: Root of the InfiniBand class directory.
     type: path
     default: /sys/class/infiniband
+  nccl_conf:
+    description: NCCL's system-wide settings file; on a RoCE fabric its C(NCCL_IB_GID_INDEX) is
+      judged against every port's GID table (it must name the RoCE v2 IPv4-mapped entry).
+    type: path
+    default: /etc/nccl.conf
   pci_sysfs_root:
     description: Where the PCI functions are listed by address (the GPUs' PCIe AER counters
       are read there; an RDMA device's through its C(device) link).
@@ -153,6 +158,21 @@ def boot_id():
         return None
 
 
+def nccl_setting(path, key):
+    """KEY's value in NCCL's KEY=value settings file (the last one wins, as NCCL reads it);
+    None when the file or the key is absent."""
+    value = None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                name, sep, rest = line.strip().partition("=")
+                if sep and name.strip() == key:
+                    value = rest.strip()
+    except OSError:
+        return None
+    return value
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -161,6 +181,7 @@ def main():
                          default=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"],
                          choices=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"]),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
+            nccl_conf=dict(type="path", default="/etc/nccl.conf"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
             counters_before=dict(type="dict"),
             dcgm_level=dict(type="int", default=1),
@@ -181,6 +202,7 @@ def main():
         root = p["ib_sysfs_root"]
         facts["ib"] = read_ib_sysfs(root) if os.path.isdir(root) else {
             "error": "%s does not exist (no RDMA devices or driver)" % root}
+        facts["ib"]["nccl_ib_gid_index"] = nccl_setting(p["nccl_conf"], "NCCL_IB_GID_INDEX")
     if "xid" in p["subsets"]:
         text, err = kernel_log(module, p["kernel_log"])
         if err:

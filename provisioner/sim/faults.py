@@ -134,6 +134,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               ("InfiniBand sysfs",)),
     FaultKind("hca-half-rate", "mlx5_N-half-rate", r"mlx5_(?P<hca>\d+)-half-rate", "hca",
               "the port of HCA mlx5_N trained at half width", (IB_SYSFS,), ("InfiniBand sysfs",)),
+    # RoCE only: the port's network interface has no IPv4 address, so its GID table has no
+    # IPv4-mapped entry and NCCL cannot reach peers over RoCE v2/IPv4 through it.
+    FaultKind("hca-no-ipv4-gid", "mlx5_N-no-ipv4-gid", r"mlx5_(?P<hca>\d+)-no-ipv4-gid", "hca",
+              "the RoCE port of HCA mlx5_N has no IPv4-mapped GID (its interface has no IPv4 "
+              "address): only the link-local entries are in its GID table", (IB_SYSFS,),
+              ("InfiniBand sysfs",)),
     # Counters are judged by their rise between two readings: injected into a running node
     # (`sim up --fault` on a running cluster), the count rises between two runs of validate or
     # gpuc-health; on a new node it is the first reading, a baseline.
@@ -362,6 +368,9 @@ def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
         if fault.hca >= hcas:
             span = f" (mlx5_0..mlx5_{hcas - 1})" if hcas else ""
             raise InputError(f"{where} has {hcas} HCAs{span}")
+    if fault.kind.key == "hca-no-ipv4-gid" and str(profile.get("fabric", "")).lower() != "roce":
+        raise InputError(f"{where}'s fabric is {profile.get('fabric', 'infiniband')}: a GID "
+                         "table's IPv4 entry is a RoCE port's")
     if fault.mbit is not None and not 0 < fault.mbit < LINE_RATE_MBIT:
         raise InputError(f"sim up: fault {spec.text!r}: a rate is a positive number of Mbit/s "
                          f"below the simulated line rate ({LINE_RATE_MBIT} Mbit/s)")

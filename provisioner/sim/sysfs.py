@@ -185,6 +185,8 @@ def write_ib_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]
             "ports/1/rate": f"{port.rate}\n",
             "ports/1/link_layer": f"{port.link_layer}\n",
         }
+        if port.link_layer == "Ethernet":
+            files.update(_gid_table(host, number, "hca-no-ipv4-gid" in hca_faults))
         for counter in _ERROR_COUNTERS:
             # A link that went down once counts it, as link_downed does on real ports.
             value = 1 if counter == "link_downed" and "hca-down" in hca_faults else 0
@@ -254,6 +256,30 @@ def write_pci_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str
             if (_PCI_ADDRESS.fullmatch(function.name) and function.name not in wanted
                     and (function / MARKER_NAME).is_file()):
                 shutil.rmtree(function)
+
+
+# A RoCE port's GID table as mlx5 fills it for an interface with one IPv4 address: the
+# link-local entry as RoCE v1 and v2, then the IPv4-mapped one as v1 and v2 (so the RoCE v2 IPv4
+# entry is index 3, the usual NCCL_IB_GID_INDEX). The rest of the 256-entry table stays zero.
+_GID_TYPES = ("IB/RoCE v1", "RoCE v2")
+GID_TABLE_SIZE = 8
+
+
+def _gid_table(host: str, number: int, no_ipv4: bool) -> dict[str, str]:
+    """The port's gids/N and gid_attrs/types/N; without IPv4 only the link-local pair."""
+    mac = hashlib.sha256(f"{host}:mlx5_{number}:mac".encode()).hexdigest()[:12]
+    link_local = "fe80:0000:0000:0000:{}{}:{}ff:fe{}:{}".format(
+        f"{int(mac[0:2], 16) ^ 2:02x}", mac[2:4], mac[4:6], mac[6:8], mac[8:12])
+    octet = int(mac[:2], 16) % 250 + 2
+    ipv4 = f"0000:0000:0000:0000:0000:ffff:0ac8:{number:02x}{octet:02x}"  # 10.200.N.x
+    entries = [link_local, link_local] + ([] if no_ipv4 else [ipv4, ipv4])
+    files: dict[str, str] = {}
+    for index in range(GID_TABLE_SIZE):
+        gid = entries[index] if index < len(entries) else "0000:" * 7 + "0000"
+        files[f"ports/1/gids/{index}"] = f"{gid}\n"
+        if index < len(entries):
+            files[f"ports/1/gid_attrs/types/{index}"] = f"{_GID_TYPES[index % 2]}\n"
+    return files
 
 
 def _remove_stale_devices(root: Path, hcas: int) -> None:

@@ -3,7 +3,11 @@
 Per device: ``fw_ver``, ``node_type``, ``hca_type``, ``board_id``, ``node_guid`` when present;
 per port: ``state`` (``"4: ACTIVE"`` -> ``"ACTIVE"``), ``phys_state`` (``"5: LinkUp"`` ->
 ``"LinkUp"``), ``rate`` (``"400 Gb/sec (4X NDR)"`` -> ``rate_gbps`` 400, in gigaBITS per second),
-``link_layer`` and the integer ``counters/`` (``None`` for ``N/A (no PMA)``).
+``link_layer``, the integer ``counters/`` (``None`` for ``N/A (no PMA)``) and, on an Ethernet
+(RoCE) port, ``roce_v2_ipv4_gids``: the indexes of its GID table (``gids/N`` with
+``gid_attrs/types/N``) that are RoCE v2 and IPv4-mapped (``::ffff:a.b.c.d``), the entries
+NCCL_IB_GID_INDEX must name for RoCE v2 over IPv4 (``None`` on other ports, ``[]`` when the port
+has none: its network interface has no IPv4 address).
 
 Stdlib only, Python 3.9 syntax: this file also runs on managed nodes inside Ansible modules.
 """
@@ -22,6 +26,9 @@ DEFAULT_ROOT = "/sys/class/infiniband"
 _DEVICE_FILES = ("fw_ver", "node_type", "hca_type", "board_id", "node_guid")
 _PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 _CODED = re.compile(r"^\s*(?P<code>\d+)\s*:\s*(?P<name>.*?)\s*$")
+# An IPv4-mapped GID as sysfs prints it: ::ffff:a.b.c.d in eight groups of four hex digits.
+_IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
+_ROCE_V2 = "roce v2"
 _RATE = re.compile(r"^\s*(?P<rate>[\d.]+)\s*Gb/sec(?:\s*\((?P<detail>[^)]*)\))?", re.IGNORECASE)
 
 
@@ -55,6 +62,7 @@ def _port(number: int, files: dict[str, str]) -> dict[str, Any]:
         for name, value in sorted(files.items())
         if name.startswith("counters/") and "/" not in name[len("counters/") :]
     }
+    link_layer = clean(files.get("link_layer"))
     return {
         "number": number,
         "state": state,
@@ -63,9 +71,23 @@ def _port(number: int, files: dict[str, str]) -> dict[str, Any]:
         "physical_state_code": phys_code,
         "rate_gbps": rate_gbps,
         "rate_detail": rate_detail,
-        "link_layer": clean(files.get("link_layer")),
+        "link_layer": link_layer,
         "counters": counters,
+        "roce_v2_ipv4_gids": _roce_v2_ipv4_gids(files) if link_layer == "Ethernet" else None,
     }
+
+
+def _roce_v2_ipv4_gids(files: dict[str, str]) -> list[int]:
+    """The GID table's RoCE v2, IPv4-mapped entries, by index."""
+    found = []
+    for name, gid in files.items():
+        if not name.startswith("gids/") or not name[len("gids/") :].isdigit():
+            continue
+        index = name[len("gids/") :]
+        kind = (clean(files.get("gid_attrs/types/" + index)) or "").lower()
+        if kind == _ROCE_V2 and (clean(gid) or "").lower().startswith(_IPV4_MAPPED):
+            found.append(int(index))
+    return sorted(found)
 
 
 def _devices(files: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
@@ -97,6 +119,21 @@ def _read(path: str) -> str | None:
         return None  # some counters refuse reads (EINVAL) on Ethernet ports; treat as absent
 
 
+def _gid_files(port_dir: str) -> list[str]:
+    """A RoCE port's GID table: each non-zero ``gids/N`` with its ``gid_attrs/types/N`` (an
+    unused entry is all zeros, and its type refuses to be read)."""
+    out: list[str] = []
+    try:
+        indexes = sorted(os.listdir(os.path.join(port_dir, "gids")), key=lambda n: (len(n), n))
+    except OSError:
+        return out
+    for index in indexes:
+        gid = _read(os.path.join(port_dir, "gids", index))
+        if gid and gid.strip("0:"):
+            out += ["gids/" + index, "gid_attrs/types/" + index]
+    return out
+
+
 def read_ib_sysfs(root: str = DEFAULT_ROOT) -> dict[str, Any]:
     """Facts for every RDMA device under ``root``; ``{"devices": []}`` when there is none."""
     files: dict[str, dict[str, str]] = {}
@@ -124,6 +161,8 @@ def read_ib_sysfs(root: str = DEFAULT_ROOT) -> dict[str, Any]:
                     "counters/" + counter
                     for counter in sorted(os.listdir(os.path.join(port_dir, "counters")))
                 ]
+            if _read(os.path.join(port_dir, "link_layer")) == "Ethernet":
+                wanted += _gid_files(port_dir)
             for relative in wanted:
                 content = _read(os.path.join(port_dir, relative))
                 if content is not None:

@@ -195,15 +195,39 @@ def _ib_checks(ib, exp):
         if rate and port.get("rate_gbps") is not None and port["rate_gbps"] < rate:
             problems.append("rate %s Gb/s (%s), expected %s" % (port["rate_gbps"],
                                                                 port.get("rate_detail"), rate))
+        measured = "%s %s Gb/s" % (port.get("state"), port.get("rate_gbps"))
+        if fabric == "roce":
+            gids = port.get("roce_v2_ipv4_gids")
+            problems += _gid_problems(gids, ib.get("nccl_ib_gid_index"))
+            measured += ", RoCE v2 IPv4 GID %s" % (
+                ", ".join(map(str, gids)) if gids else "none")
         if not problems:
             active += 1
         out.append(check("ib_%s" % name.replace("/", "_port"), FAIL if problems else PASS,
-                         "%s %s Gb/s" % (port.get("state"), port.get("rate_gbps")),
-                         "ACTIVE %s Gb/s" % rate,
+                         measured, "ACTIVE %s Gb/s" % rate,
                          "%s: %s" % (name, "; ".join(problems)) if problems else "port healthy"))
     out.append(check("ib_ports", PASS if active >= want else FAIL, active, want,
                      "%d healthy %s port(s) of %d expected" % (active, layer, want)))
     return out
+
+
+def _gid_problems(gids, planned):
+    """A RoCE port's GID table against NCCL: it needs a RoCE v2 IPv4-mapped entry, and the
+    NCCL_IB_GID_INDEX of the node's /etc/nccl.conf must name it (unset or -1: NCCL picks the
+    entry itself)."""
+    if gids is None:
+        return ["its GID table could not be read"]
+    if not gids:
+        return ["no RoCE v2 IPv4 GID (its network interface has no IPv4 address): NCCL cannot "
+                "use it over RoCE v2"]
+    try:
+        index = int(planned)
+    except (TypeError, ValueError):
+        return [] if planned is None else ["NCCL_IB_GID_INDEX %r is not a number" % planned]
+    if index >= 0 and index not in gids:
+        return ["NCCL_IB_GID_INDEX %d is not its RoCE v2 IPv4 GID (index %s)"
+                % (index, ", ".join(map(str, gids)))]
+    return []
 
 
 def _xid_checks(xid):
