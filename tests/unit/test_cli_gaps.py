@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from provisioner import bringup, cli, plan, render, runlock, upgrade
+from provisioner.commands import common
 from provisioner.errors import InputError
 
 REAL_ROWS_TABLE = render.rows_table
@@ -855,7 +856,7 @@ def test_plan_verbose_prints_each_hosts_variables_sorted(
     from rich.console import Console
 
     monkeypatch.setattr(render, "plan", lambda *_a: None)
-    monkeypatch.setattr(cli, "console", Console(width=1000))  # no line of the YAML folded
+    monkeypatch.setattr(common, "console", Console(width=1000))  # no line of the YAML folded
     assert cli.main(["plan", "-v", "-i", str(inventory)]) == 0
     out = capsys.readouterr().out
     cp = plan.build(str(inventory))
@@ -1018,7 +1019,7 @@ def test_the_host_key_warning_is_one_line_however_narrow_the_console(
     from rich.console import Console
 
     off = write_inventory(tmp_path / "hosts.yml", cpu=False, ansible_host_key_checking=False)
-    monkeypatch.setattr(cli, "console", Console(width=40, highlight=False))
+    monkeypatch.setattr(common, "console", Console(width=40, highlight=False))
     assert cli.main(["validate", "-i", str(off)]) == 0
     [note] = [n for n in saved_report(runs)["notes"] if "host key" in n]
     assert len(note) > 40
@@ -1102,7 +1103,7 @@ def test_sim_executors_count_progress_and_addresses(
     ssh_config = Path("/sim/executors/ssh_config")
     monkeypatch.setattr(executors, "up", up)
     monkeypatch.setattr(executors, "ssh_config_path", lambda: ssh_config)
-    monkeypatch.setattr(cli, "console", Console(width=1000, highlight=False))
+    monkeypatch.setattr(common, "console", Console(width=1000, highlight=False))
     assert cli.main(["sim", "executors"]) == 0
     assert counts == [2]  # its help: "how many (default 2; 0 removes them)"
     assert lines(capsys.readouterr().out) == [
