@@ -202,7 +202,8 @@ def main():
         root = p["ib_sysfs_root"]
         facts["ib"] = read_ib_sysfs(root) if os.path.isdir(root) else {
             "error": "%s does not exist (no RDMA devices or driver)" % root}
-        facts["ib"]["nccl_ib_gid_index"] = nccl_setting(p["nccl_conf"], "NCCL_IB_GID_INDEX")
+        if "error" not in facts["ib"]:
+            facts["ib"]["nccl_ib_gid_index"] = nccl_setting(p["nccl_conf"], "NCCL_IB_GID_INDEX")
     if "xid" in p["subsets"]:
         text, err = kernel_log(module, p["kernel_log"])
         if err:

@@ -48,6 +48,24 @@ def test_a_flattened_dump_carries_the_table_too() -> None:
         "mlx5_2/ports/1/gid_attrs/types/4: IB/RoCE v1"])
     [device] = parse_ib_sysfs_flat(dump)["devices"]
     assert device["ports"][0]["roce_v2_ipv4_gids"] == [5]
+    # Without a GID table the port cannot be judged (None), and validate says so.
+    [bare] = parse_ib_sysfs_flat("mlx5_3/ports/1/link_layer: Ethernet\n"
+                                 "mlx5_3/ports/1/state: 4: ACTIVE")["devices"]
+    assert bare["ports"][0]["roce_v2_ipv4_gids"] is None
+    checks = {c["name"]: c for c in evaluate({"ib": {"devices": [bare]}}, {
+        "ib_hcas": 1, "ib_rate_gbps": 0, "fabric": "roce"})}
+    assert checks["ib_mlx5_3_port1"]["status"] == "fail"
+    assert "its GID table could not be read" in checks["ib_mlx5_3_port1"]["detail"]
+
+
+def test_a_table_of_zeros_has_no_entry(tmp_path: Path) -> None:
+    port = tmp_path / "mlx5_0" / "ports" / "1"
+    (port / "gids").mkdir(parents=True)
+    (port / "link_layer").write_text("Ethernet\n")
+    for index in range(4):
+        (port / "gids" / str(index)).write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")
+    [device] = read_ib_sysfs(str(tmp_path))["devices"]
+    assert device["ports"][0]["roce_v2_ipv4_gids"] == []
 
 
 def roce_checks(tmp_path: Path, faults: list[str], nccl: str | None) -> dict[str, dict[str, object]]:

@@ -1,4 +1,4 @@
-"""Shape rules the code holds itself to: no function in provisioner/ over 60 lines (the one
+"""Shape rules the code holds itself to: no function in provisioner/ over 60 lines (any
 exception named, with why), and the phases of a run driven by their hooks, not by their names."""
 
 from __future__ import annotations

@@ -264,6 +264,15 @@ def ib_sysfs(root: Path, ports: dict[str, tuple[str, str, str, str]]) -> str:
         for name, value in (("state", state), ("phys_state", phys), ("rate", rate),
                             ("link_layer", layer)):
             (port / name).write_text(value + "\n")
+        if layer == "Ethernet":  # a RoCE port's GID table: index 1 is RoCE v2 over IPv4
+            (port / "gids").mkdir()
+            (port / "gid_attrs" / "types").mkdir(parents=True)
+            for index, (gid, kind) in enumerate((
+                    ("fe80:0000:0000:0000:a288:c2ff:fe3b:506a", "IB/RoCE v1"),
+                    ("0000:0000:0000:0000:0000:ffff:0ac8:010a", "RoCE v2"))):
+                (port / "gids" / str(index)).write_text(gid + "\n")
+                (port / "gid_attrs" / "types" / str(index)).write_text(kind + "\n")
+            (port / "gids" / "2").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")
     return str(root)
 
 
@@ -555,6 +564,16 @@ def test_a_roce_fabric_counts_ethernet_ports(monkeypatch: pytest.MonkeyPatch,
                  ib_sysfs_root=root)
     assert by_name(result)["ib_ports"]["detail"] == "2 healthy Ethernet port(s) of 2 expected"
     assert result["failed_checks"] == []
+    assert by_name(result)["ib_mlx5_0_port1"]["measured"].endswith("RoCE v2 IPv4 GID 1")
+    # The node's NCCL settings name another entry: every RoCE port fails, saying which it has.
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_IB_HCA=mlx5_0,mlx5_1\nNCCL_IB_GID_INDEX=3\n")
+    result = run(monkeypatch, Node({}), expected=expected(fabric="roce"), subsets=["ib"],
+                 ib_sysfs_root=root, nccl_conf=str(conf))
+    assert result["facts"]["ib"]["nccl_ib_gid_index"] == "3"
+    assert sorted(result["failed_checks"]) == ["ib_mlx5_0_port1", "ib_mlx5_1_port1", "ib_ports"]
+    assert "NCCL_IB_GID_INDEX 3 is not its RoCE v2 IPv4 GID (index 1)" in by_name(result)[
+        "ib_mlx5_0_port1"]["detail"]
 
 
 # --- Xid errors in the kernel log ---

@@ -77,8 +77,10 @@ def _port(number: int, files: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _roce_v2_ipv4_gids(files: dict[str, str]) -> list[int]:
-    """The GID table's RoCE v2, IPv4-mapped entries, by index."""
+def _roce_v2_ipv4_gids(files: dict[str, str]) -> list[int] | None:
+    """The GID table's RoCE v2, IPv4-mapped entries, by index; None without a table."""
+    if not any(name.startswith("gids/") for name in files):
+        return None
     found = []
     for name, gid in files.items():
         if not name.startswith("gids/") or not name[len("gids/") :].isdigit():
@@ -131,7 +133,8 @@ def _gid_files(port_dir: str) -> list[str]:
         gid = _read(os.path.join(port_dir, "gids", index))
         if gid and gid.strip("0:"):
             out += ["gids/" + index, "gid_attrs/types/" + index]
-    return out
+    # A table of zeros is still a table (read: no entry), not one that could not be read.
+    return out or ["gids/" + indexes[0]] if indexes else out
 
 
 def read_ib_sysfs(root: str = DEFAULT_ROOT) -> dict[str, Any]:
