@@ -11,28 +11,33 @@ phase failure already fails the run and says why).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.paths import enable_module_utils
 from provisioner.plan import ClusterPlan, HostPlan
 from provisioner.report import Check
 
-Section = Mapping[str, Any]
+
+def _version_policy() -> Any:
+    """The version policy the roles' checks apply too (their upstream_version and
+    version_first_three filters): one rule, in the collection's module_utils."""
+    enable_module_utils()
+    return importlib.import_module("gpucluster.version_policy")
 
 
 def upstream(version: str) -> str:
-    """A package version without epoch and packaging revision, as the software itself reports
-    it: '2.21.5-1+cuda12.4' -> '2.21.5', '1:3.3.6-1' -> '3.3.6', '550.54.15' unchanged. As
-    Debian policy (deb-version(7)) and rpm split them: the epoch ends at the first colon, the
-    revision starts at the last hyphen ('1:2.3-rc1-1' -> '2.3-rc1')."""
-    bare = version.split(":", 1)[-1]
-    return bare.rsplit("-", 1)[0]
+    """A package version as the software reports it ('2.21.5-1+cuda12.4' -> '2.21.5')."""
+    return str(_version_policy().upstream(version))
 
 
 def first_three(version: str) -> str:
-    """'9.1.0.70' -> '9.1.0': the cuDNN header carries MAJOR.MINOR.PATCHLEVEL, not the build."""
-    return ".".join(upstream(version).split(".")[:3])
+    """MAJOR.MINOR.PATCH of that ('9.1.0.70' -> '9.1.0'), as the cuDNN header carries it."""
+    return str(_version_policy().first_three(version))
+
+Section = Mapping[str, Any]
 
 
 def _same(version: str) -> str:
