@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from provisioner import readings
-from provisioner.executors import SHARDED_PHASES, Executors, bundled, run_sharded
+from provisioner.executors import Executors, bundled, run_sharded
 from provisioner.judge import stack_checks
 from provisioner.plan import ClusterPlan
 from provisioner.report import (
@@ -47,6 +47,9 @@ UP_PHASES: tuple[tuple[str, str], ...] = (
     # hosts of the inventory group [monitoring] (none: no server, said in the report's notes).
     ("monitoring", "monitoring.yml"),
 )
+# The phases an executor runs for its shard (`up --executors`): every phase of UP_PHASES, each
+# node's work its own (the rdma role's bandwidth pairs are made within a shard).
+SHARDED_PHASES = frozenset(name for name, _playbook in UP_PHASES)
 MONITORING_GROUP = "monitoring"
 VALIDATE_PHASES: tuple[tuple[str, str], ...] = (("validate", "validate.yml"),)
 # The phase that judges the nodes' error counters against their last reading (readings.py).

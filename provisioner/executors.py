@@ -52,9 +52,6 @@ from provisioner.runner import (
 )
 from provisioner.untrusted import redact
 
-# The phases an executor runs for its shard: each node's work is its own. (The rdma role's
-# bandwidth pairs are made within a shard.)
-SHARDED_PHASES = frozenset({"preflight", "stack", "fabric", "validate", "monitoring"})
 # What the worker's runs need from the collection (the rest of a checkout is the controller's).
 BUNDLE_PARTS = ("ansible.cfg", "galaxy.yml", "meta", "playbooks", "roles", "plugins")
 CONNECT_TIMEOUT_S = 10

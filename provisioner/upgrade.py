@@ -30,11 +30,8 @@ from provisioner.runner import raise_if_cancelled, run_playbook
 # The phases of `up` a batch runs. Not preflight (the nodes run jobs until drained: its
 # checks would race them), not fabric (nothing in it depends on the stack), not the scheduler
 # (slurm.conf does not change) and not the smoke job (it would need nodes of other batches).
-BATCH_PHASES: tuple[tuple[str, str], ...] = (
-    ("stack", "stack.yml"),
-    ("validate", "validate.yml"),
-    ("monitoring", "monitoring.yml"),
-)
+BATCH_PHASES: tuple[tuple[str, str], ...] = tuple(
+    phase for phase in bringup.UP_PHASES if phase[0] in ("stack", "validate", "monitoring"))
 DRAIN_PLAYBOOK = "drain.yml"
 RESUME_PLAYBOOK = "resume.yml"
 # Every drain reason the upgrade writes starts so (drain.yml knows a node it drained by it).

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from provisioner import bringup
-from provisioner.executors import SHARDED_PHASES, Executors
+from provisioner.bringup import SHARDED_PHASES
+from provisioner.executors import Executors
 from provisioner.plan import build
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult, TaskFailure
