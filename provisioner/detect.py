@@ -40,7 +40,7 @@ from provisioner.inspect import (
     NVIDIA_SMI_XML,
     inspect_file,
 )
-from provisioner.profiles import Architecture, Profile
+from provisioner.profiles import HARDWARE_FIELDS, Architecture, Profile
 
 # The tool output each usable format is, as the sources name it; the order is the order inputs
 # are read in (a field the first shows is checked against, never replaced by, a later one).
@@ -55,11 +55,7 @@ TOOLS: dict[str, str] = {
 }
 
 # The profile fields the inputs can show, in profiles.yml's order.
-DETECTED_FIELDS: tuple[str, ...] = (
-    "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
-    "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
-    "ib_hcas", "ib_rate_gbps", "fabric",
-)
+DETECTED_FIELDS: tuple[str, ...] = (*HARDWARE_FIELDS, "fabric")
 # Where a missing field can be read.
 _SHOWN_BY = {
     "gpu_model": "nvidia-smi -q -x or nvidia-smi",

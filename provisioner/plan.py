@@ -33,18 +33,14 @@ from provisioner.matrix import (
 )
 from provisioner.matrix.index import PackageIndex, load_index
 from provisioner.matrix.packages import replaced_packages
-from provisioner.profiles import Profile, load_profiles
+from provisioner.profiles import HARDWARE_FIELDS, Profile, load_profiles
 
 # Set on every host of a plan; the playbooks refuse to run without it (one line naming the fix).
 PLAN_MARKER = "provisioner_plan_applied"
 
 # The profile fields gpu_validate and preflight compare a node with. The bus-bandwidth floors
 # stay on the controller (the smoke job is judged there), like the profile's sources.
-EXPECTED_FIELDS: tuple[str, ...] = (
-    "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
-    "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
-    "ib_hcas", "ib_rate_gbps", "ib_write_bw_floor_gbps",
-)
+EXPECTED_FIELDS: tuple[str, ...] = (*HARDWARE_FIELDS, "ib_write_bw_floor_gbps")
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,17 @@ Fabric = Literal["infiniband", "roce", "ethernet"]
 # imports this module).
 _DRIVER_VERSION = r"^\d{3}\.\d{1,3}(\.\d{1,3})?$"
 
-# The fields the GPU simulator reads (Profile.sim_json), in the order the YAML documents them.
-SIM_FIELDS: tuple[str, ...] = (
+# What a machine is, as its tools show it, in the order the YAML documents them: what validate
+# and preflight compare a node with (plan.EXPECTED_FIELDS), what the simulator builds a node
+# from (SIM_FIELDS) and what `profiles detect` reads from a machine (detect.DETECTED_FIELDS).
+HARDWARE_FIELDS: tuple[str, ...] = (
     "gpu_model", "gpu_count", "architecture", "pci_device_ids", "memory_mib", "power_limit_w",
     "pcie_gen", "pcie_width", "nvlink_links_per_gpu", "nvlink_link_speed_gbps", "nvswitch",
-    "ib_hcas", "ib_rate_gbps", "fabric", "busbw_floor_intra_gbps", "busbw_floor_inter_gbps",
+    "ib_hcas", "ib_rate_gbps",
+)
+# The fields the GPU simulator reads (Profile.sim_json).
+SIM_FIELDS: tuple[str, ...] = (
+    *HARDWARE_FIELDS, "fabric", "busbw_floor_intra_gbps", "busbw_floor_inter_gbps",
     "memory_bandwidth_gbps", "simulated",
 )
 

@@ -236,31 +236,25 @@ def test_role_platforms_are_the_matrix_repository_table(role: str) -> None:
     assert declared == {GALAXY_PLATFORM[os_dir] for os_dir in MATRIX.repositories.cuda}
 
 
-def test_nvidia_repo_vars_files_name_every_matrix_os_like_preflight_does() -> None:
-    import jinja2
+def test_nvidia_repo_names_every_matrix_os_like_preflight_does() -> None:
     from gpucluster.preflight import os_dir
 
-    # What nvidia_repo's vars files (family, then distribution_major, later wins) name each
-    # OS's repository directory; preflight's os_dir() must give the same name for that
-    # distribution, or one would accept what the other refuses.
-    nodes = {  # (os_family, distribution, major) -> (os-release ID, VERSION_ID)
-        ("Debian", "Debian", "12"): ("debian", "12"),
-        ("Debian", "Ubuntu", "22"): ("ubuntu", "22.04"),
-        ("Debian", "Ubuntu", "24"): ("ubuntu", "24.04"),
-        ("RedHat", "RedHat", "9"): ("rhel", "9"),
-        ("RedHat", "Rocky", "9"): ("rocky", "9"),
-        ("RedHat", "AlmaLinux", "9"): ("almalinux", "9"),
+    from tests.unit.collection_module import load_plugin
+
+    # The directory the nvidia_repo role names from Ansible's facts (its nvidia_repo_os_dir
+    # filter) is preflight's os_dir() of the same OS, and together they cover the matrix.
+    flt = load_plugin("filter", "nvidia_repo_os_dir")
+    nodes = {  # (distribution, distribution_version) -> (os-release ID, VERSION_ID)
+        ("Debian", "12"): ("debian", "12"),
+        ("Ubuntu", "22.04"): ("ubuntu", "22.04"),
+        ("Ubuntu", "24.04"): ("ubuntu", "24.04"),
+        ("RedHat", "9.4"): ("rhel", "9.4"),
+        ("Rocky", "9.5"): ("rocky", "9.5"),
+        ("AlmaLinux", "9.5"): ("almalinux", "9.5"),
     }
-    vars_dir = ROOT / "roles" / "nvidia_repo" / "vars"
     named = {}
-    for (family, distribution, major), ids in nodes.items():
-        facts = {"os_family": family, "distribution": distribution,
-                 "distribution_major_version": major}
-        value = None
-        for name in (f"{family}.yml", f"{distribution}_{major}.yml"):
-            if (vars_dir / name).is_file():
-                value = yaml.safe_load((vars_dir / name).read_text())["__nvidia_repo_os_dir"]
-        assert value is not None, (family, distribution)
-        named[distribution, major] = jinja2.Template(value).render(ansible_facts=facts)
-        assert named[distribution, major] == os_dir(*ids), (distribution, major)
+    for (distribution, version), ids in nodes.items():
+        named[distribution, version] = flt.nvidia_repo_os_dir(
+            {"distribution": distribution, "distribution_version": version})
+        assert named[distribution, version] == os_dir(*ids), (distribution, version)
     assert set(named.values()) == set(MATRIX.repositories.cuda)
