@@ -242,6 +242,8 @@ def fake_project(tmp_path: Path, version: str = "0.0.1", check: str = "pass") ->
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
     (root / "roles").symlink_to(collection_root() / "roles")
+    # The parsers and policies the controller shares with the modules (the judge among them).
+    (root / "plugins").symlink_to(collection_root() / "plugins")
     (root / "galaxy.yml").write_text(f"namespace: gpucluster\nname: provisioner\n"
                                      f"version: {version}\n")
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")

@@ -34,6 +34,8 @@ def project(tmp_path: Path, tasks: dict[str, list[dict[str, Any]]]) -> Path:
     root = tmp_path / "project"
     (root / "playbooks").mkdir(parents=True)
     (root / "roles").symlink_to(collection_root() / "roles")
+    # The parsers and policies the controller shares with the modules (the judge among them).
+    (root / "plugins").symlink_to(collection_root() / "plugins")
     (root / "galaxy.yml").write_text("namespace: gpucluster\nname: provisioner\nversion: 0.0.1\n")
     (root / "ansible.cfg").write_text("[defaults]\nretry_files_enabled = false\n")
     (root / "playbooks" / "site.yml").write_text("[]\n")
