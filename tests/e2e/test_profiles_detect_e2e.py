@@ -73,4 +73,5 @@ def test_a_profile_detected_from_a_node_validates_the_cluster(
         c for c in checks if c["status"] not in ("pass", "skip")]
     # The profile's own facts were judged: the count, the model, NVLink and the IB ports.
     judged = {c["name"] for c in checks if c["status"] == "pass"}
-    assert {"gpu_count", "gpu_model", "nvlink", "ib_ports"} <= judged, sorted(judged)
+    assert {"gpu_count", "gpu_model", "ib_ports", *(f"gpu{i}_nvlink" for i in range(8))} <= \
+        judged, sorted(judged)
