@@ -460,6 +460,12 @@ def _read(paths: Sequence[Path]) -> tuple[list[tuple[str, str, dict[str, Any]]],
     return usable, unused
 
 
+def check_name(name: str) -> None:
+    """A profile needs a name (checked before anything is read, on a node or from files)."""
+    if not name or not name.strip():
+        raise InputError("detect: the profile needs a name")
+
+
 def detect_profile(paths: Sequence[Path], name: str) -> Detected:
     """The hardware profile ``name`` as the saved tool outputs ``paths`` of one machine show it.
 
@@ -467,8 +473,7 @@ def detect_profile(paths: Sequence[Path], name: str) -> Detected:
     recognised here, when no file shows hardware facts, and when two files contradict each
     other (not of one machine).
     """
-    if not name or not name.strip():
-        raise InputError("detect: the profile needs a name")
+    check_name(name)
     if not paths:
         raise InputError("detect: no input files; give saved outputs of nvidia-smi -q -x, "
                          "nvidia-smi nvlink -s, nvidia-smi topo -m, ibstat...")
@@ -565,8 +570,7 @@ def render_profile_yaml(detected: Detected, name: str) -> str:
     why, no performance floors (a comment says where they must come from), ``simulated:
     false`` and the input files as ``sources``. Loads with ``yaml.safe_load``; with the
     missing fields added, with ``provisioner.profiles.load_profiles``."""
-    if not name or not name.strip():
-        raise InputError("detect: the profile needs a name")
+    check_name(name)
     facts, pad = detected.facts, "    "
     lines = [
         f"# Hardware profile {_comment(name)}, written from saved tool outputs of one machine:",

@@ -196,6 +196,11 @@ def profile_sources(path: Path | None = None) -> dict[str, str]:
     return {name: source for name, (_profile, source) in _load(path).items()}
 
 
+def load_profiles_with_sources() -> dict[str, tuple[Profile, str]]:
+    """Each profile and where it came from, read and validated once (`provisioner profiles`)."""
+    return _load(None)
+
+
 def _load(path: Path | None) -> dict[str, tuple[Profile, str]]:
     raw = dict(_raw_profiles(path or PROFILES_FILE))
     origin = dict.fromkeys((str(name) for name in raw), site.BUILT_IN)

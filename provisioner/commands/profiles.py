@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
 def run(args: argparse.Namespace) -> int:
     from provisioner import matrix as stacks
     from provisioner import render
-    from provisioner.profiles import load_profiles, profile_sources
+    from provisioner.profiles import load_profiles_with_sources
 
     if args.action == "detect":
         return _profiles_detect(args)
@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     matrix = stacks.load_matrix()
     rows = []
-    sources = profile_sources()
-    for name, p in sorted(load_profiles().items()):
+    for name, (p, source) in sorted(load_profiles_with_sources().items()):
         arch = matrix.architectures.get(p.architecture)
         branch = f"R{arch.min_driver_branch}" if arch is not None else "-"
         rows.append({
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             "nvswitch": f"gen {p.nvswitch_generation}" if p.nvswitch_generation else "no",
             "fabric": f"{p.ib_hcas}x {p.ib_rate_gbps} Gb/s {p.fabric}" if p.ib_hcas else p.fabric,
             "simulated": "yes" if p.simulated else "",
-            "source": sources.get(name, "built-in"),
+            "source": source,
         })
     if args.json:
         print(render.as_json(rows))
@@ -79,6 +78,7 @@ def _profiles_detect(args: argparse.Namespace) -> int:
     from provisioner import detect, render
 
     name = args.name or "site-profile"
+    detect.check_name(name)
     if bool(args.files) == bool(args.inventory):
         raise InputError("profiles detect: give saved output FILEs or --inventory X --limit "
                          "HOST, one of the two")

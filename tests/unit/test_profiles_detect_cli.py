@@ -64,3 +64,19 @@ def test_the_live_path_needs_exactly_one_node(tmp_path: Path,
         extra = ["--limit", limit] if limit else []
         code, _out, err = run(["profiles", "detect", "--inventory", str(hosts), *extra], capsys)
         assert code == 2 and line in err, err
+
+
+def test_a_bad_name_is_refused_before_any_node_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner import detect_node
+
+    def no_playbook(*_a: object, **_k: object) -> None:
+        raise AssertionError("a node was contacted")
+
+    monkeypatch.setattr(detect_node, "run_playbook", no_playbook)
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(yaml.safe_dump({"all": {"hosts": {"gpu-01": {"ansible_host": "192.0.2.10"}}}}))
+    code, _out, err = run(["profiles", "detect", "--inventory", str(hosts), "--limit", "gpu-01",
+                           "--name", "  "], capsys)
+    assert code == 2 and "detect: the profile needs a name" in err, err

@@ -133,8 +133,10 @@ def _gid_files(port_dir: str) -> list[str]:
         gid = _read(os.path.join(port_dir, "gids", index))
         if gid and gid.strip("0:"):
             out += ["gids/" + index, "gid_attrs/types/" + index]
-    # A table of zeros is still a table (read: no entry), not one that could not be read.
-    return out or ["gids/" + indexes[0]] if indexes else out
+    if not out and indexes:
+        # A table of zeros is still a table (read: no entry), not one that could not be read.
+        out.append("gids/" + indexes[0])
+    return out
 
 
 def read_ib_sysfs(root: str = DEFAULT_ROOT) -> dict[str, Any]:
