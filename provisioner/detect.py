@@ -564,12 +564,13 @@ def _wrapped(pad: str, text: str) -> list[str]:
     return [f"{pad}# {line}" for line in textwrap.wrap(text, width=100 - len(pad) - 2)]
 
 
-def render_profile_yaml(detected: Detected, name: str) -> str:
+def render_profile_yaml(detected: Detected, name: str, simulated: bool = False) -> str:
     """A profiles.yml document (schema_version 1) holding the one profile ``name``: each
     measured field with its source beside it, missing and withheld fields as comments saying
     why, no performance floors (a comment says where they must come from), ``simulated:
     false`` and the input files as ``sources``. Loads with ``yaml.safe_load``; with the
-    missing fields added, with ``provisioner.profiles.load_profiles``."""
+    missing fields added, with ``provisioner.profiles.load_profiles``. ``simulated``: the outputs
+    are a simulated node's, and the profile says so (``simulated: true``)."""
     check_name(name)
     facts, pad = detected.facts, "    "
     lines = [
@@ -607,7 +608,9 @@ def render_profile_yaml(detected: Detected, name: str) -> str:
                            "judging it.")
     lines += _wrapped(pad, "Optional, from a datasheet or NVIDIA's release notes: "
                            f"{', '.join(DATASHEET_FIELDS)}.")
-    lines += [f"{pad}simulated: false", f"{pad}sources:"]
+    if simulated:
+        lines.append(f"{pad}# SIMULATED: read from a simulated node; it measures no real hardware.")
+    lines += [f"{pad}simulated: {'true' if simulated else 'false'}", f"{pad}sources:"]
     used: dict[str, list[str]] = {}
     for key in DETECTED_FIELDS:
         if key in detected.sources:

@@ -33,6 +33,8 @@ OUTPUT_FILES = {
 @dataclass(frozen=True)
 class NodeDetection:
     host: str
+    # The inventory's hosts are simulated nodes (provisioner_simulated: true).
+    simulated: bool
     run_dir: Path
     detected: Detected
     saved: list[Path]
@@ -88,4 +90,5 @@ def detect_node(source: Path, pattern: str | None, name: str,
         raise InputError(f"profiles detect: nothing {host}'s tools printed shows its hardware "
                          f"(nvidia-smi -q -x {silent.get('nvidia_smi_xml')}); is the NVIDIA "
                          "driver installed?")
-    return NodeDetection(host, run_dir, detect_profile(saved, name), saved, silent)
+    simulated = inventory_mod.load(source).simulated
+    return NodeDetection(host, simulated, run_dir, detect_profile(saved, name), saved, silent)

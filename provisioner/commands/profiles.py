@@ -79,22 +79,30 @@ def _profiles_detect(args: argparse.Namespace) -> int:
 
     name = args.name or "site-profile"
     detect.check_name(name)
+    simulated = False
     if bool(args.files) == bool(args.inventory):
         raise InputError("profiles detect: give saved output FILEs or --inventory X --limit "
                          "HOST, one of the two")
     if args.inventory:
         from provisioner import detect_node
 
-        with _display_factory(args)("detect (detect.yml)") as progress:
+        # The profile (or --json) is the command's standard output: progress and the banner go
+        # to stderr, as under --json.
+        chatter = argparse.Namespace(**{**vars(args), "json": True})
+        with _display_factory(chatter)("detect (detect.yml)") as progress:
             node = detect_node.detect_node(Path(args.inventory), args.limit, name, progress)
         found, where = node.detected, f"{node.host} (outputs kept in {node.run_dir})"
+        simulated = node.simulated
+        if simulated:
+            render.simulated_banner(common._chatter(chatter))
         for key, why in node.silent.items():
             common.errconsole.print(escape(f"{node.host}: {key} {why}"), soft_wrap=True)
     else:
         found, where = detect.detect_profile([Path(f) for f in args.files], name), "the files"
-    text = detect.render_profile_yaml(found, name)
+    text = detect.render_profile_yaml(found, name, simulated)
     if args.json:
-        print(render.as_json({"name": name, "from": where, "facts": found.facts,
+        print(render.as_json({"name": name, "from": where, "simulated": simulated,
+                              "facts": found.facts,
                               "sources": found.sources, "missing": found.missing,
                               "reasons": found.reasons, "withheld": found.withheld,
                               "unused": found.unused}))

@@ -42,6 +42,12 @@ def test_a_profile_detected_from_a_node_validates_the_cluster(
     assert "nvswitch_generation" in data["missing"]
     assert "not detected: nvswitch_generation" in found.stderr
     assert data["from"].startswith(f"{NODE} (outputs kept in ")
+    assert data["simulated"] is True and "SIMULATED" in found.stderr
+    # Without --json or -o the standard output is the profile alone (progress on stderr), and
+    # it says it was read from a simulated node.
+    plain = cli("profiles", "detect", "--inventory", str(inventory), "--limit", NODE)
+    assert plain.returncode == 0, plain.stderr
+    assert yaml.safe_load(plain.stdout)["profiles"]["site-profile"]["simulated"] is True
 
     # The YAML, with the generation added as a person would, in site/ beside an inventory whose
     # GPU nodes name it.

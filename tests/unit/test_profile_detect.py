@@ -589,3 +589,14 @@ def test_the_smoke_phase_report_of_a_floorless_host(tmp_path: Path) -> None:
               "PASS: correct all-reduce, DDP loss decreased, parameters identical; busbw 466.67 "
               f"GB/s at 1 GiB; floor skipped: profile no-floors has no busbw_floor_inter_gbps, {no}"),
     ]
+
+
+def test_a_profile_read_from_a_simulated_node_says_so() -> None:
+    from provisioner.detect import Detected, render_profile_yaml
+
+    found = Detected(facts={"gpu_count": 8}, sources={"gpu_count": "x.xml (nvidia-smi -q -x)"},
+                     inputs=["x.xml (nvidia-smi -q -x)"])
+    simulated = yaml.safe_load(render_profile_yaml(found, "p", simulated=True))["profiles"]["p"]
+    assert simulated["simulated"] is True
+    assert yaml.safe_load(render_profile_yaml(found, "p"))["profiles"]["p"]["simulated"] is False
+    assert "# SIMULATED: read from a simulated node" in render_profile_yaml(found, "p", True)
