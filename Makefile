@@ -8,7 +8,7 @@ NODES ?= 3
 PROFILE ?= sim-h100-8gpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test deps system-deps lint sanity unit e2e e2e-and-molecule e2e-extended e2e-pending molecule molecule-fast bench down clean mutation
+.PHONY: up test deps system-deps lint sanity unit e2e e2e-and-molecule e2e-extended e2e-pending molecule bench down clean mutation
 
 up: deps
 	$(BIN)/provisioner sim up --nodes $(NODES) --profile $(PROFILE)
@@ -87,11 +87,6 @@ molecule: deps
 	env_lines="$$($(PY) -m provisioner.sim.molecule_prep)" && export $$env_lines && \
 	  $(BIN)/molecule test --all; status=$$?; \
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
-
-# The molecule scenarios' converge, idempotence and verify under `up --fast`'s strategy
-# (Mitogen); not part of `make test`.
-molecule-fast: deps
-	bash scripts/molecule-fast.sh
 
 # Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
 # `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill

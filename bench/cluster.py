@@ -1,7 +1,7 @@
 """Cluster-side measurements on the simulated cluster (podman; SIMULATED numbers).
 
-Per node count: `provisioner up --skip-smoke` (preflight + stack + fabric + validate) first run,
-idempotent rerun and the same rerun with `--fast` (Mitogen), the stack phase's own time in each, and the floor: the same package
+Per node count: `provisioner up --skip-smoke` (preflight + stack + fabric + validate) first run
+and idempotent rerun, the stack phase's own time in each, and the floor: the same package
 work (repository key + source, apt pins, update, install of the pinned stack, hold) done by a
 plain shell script over SSH, in parallel, on fresh nodes (the issue's baseline) and again on
 the converged nodes (what an idempotent rerun cannot beat). On one node count also: the rerun
@@ -135,10 +135,10 @@ def phase_durations(runs: Path) -> dict[str, float]:
 ISSUE_UP_PHASES = ("preflight", "stack", "fabric", "validate")
 
 
-def _up(inv: Path, runs: Path, extra: dict[str, str] | None = None,
-        args: tuple[str, ...] = ()) -> tuple[float, dict[str, float]]:
+def _up(inv: Path, runs: Path,
+        extra: dict[str, str] | None = None) -> tuple[float, dict[str, float]]:
     """The wall time of one `up --skip-smoke` and its report's phase durations."""
-    wall = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke", *args],
+    wall = sh([BIN, "up", "-i", str(inv), "--yes", "--skip-smoke"],
               env={"PROVISIONER_RUNS_DIR": str(runs), **(extra or {})})
     return wall, phase_durations(runs)
 
@@ -189,15 +189,12 @@ def cluster_bench(node_counts: list[int], profile: bool) -> dict[str, Any]:
             sim_up(n, inv)
             first, first_phases = _up(inv, runs)
             rerun, rerun_phases = _up(inv, runs)
-            fast, fast_phases = _up(inv, runs, args=("--fast",))
             row: dict[str, Any] = {"up_first_s": round(first, 1), "up_rerun_s": round(rerun, 1),
                                    "stack_first_s": first_phases.get("stack"),
                                    "stack_rerun_s": rerun_phases.get("stack"),
                                    "up_first_phases_s": first_phases,
                                    "up_first_issue_phases_s": round(sum(
-                                       first_phases.get(name, 0.0) for name in ISSUE_UP_PHASES), 1),
-                                   "up_rerun_fast_s": round(fast, 1),
-                                   "stack_rerun_fast_s": fast_phases.get("stack")}
+                                       first_phases.get(name, 0.0) for name in ISSUE_UP_PHASES), 1)}
             if n == special:
                 stock, stock_phases = _up(inv, runs, STOCK_ENV)
                 row.update(up_rerun_stock_s=round(stock, 1), stack_rerun_stock_s=stock_phases.get("stack"))
@@ -233,8 +230,6 @@ def headline(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str,
     if "24" in rows:
         ratio("rerun_24_over_1", rows["24"].get("up_rerun_s"), one.get("up_rerun_s"),
               "needs node count 1")
-    ratio("fast_over_tuned", one.get("up_rerun_fast_s"), one.get("up_rerun_s"),
-          "needs node count 1 (--nodes)")
     special = rows.get(str(result["special_nodes"]), {})
     ratio("tuned_over_stock", special.get("up_rerun_s"), special.get("up_rerun_stock_s"),
           "stock rerun not measured")

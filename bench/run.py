@@ -176,14 +176,12 @@ def report(data: dict[str, Any]) -> str:
     cl = data.get("cluster")
     if cl:
         cols = ("up_first_s", "up_first_issue_phases_s", "up_rerun_s", "stack_first_s",
-                "stack_rerun_s",
-                "up_rerun_fast_s", "stack_rerun_fast_s", "up_rerun_stock_s", "floor_fresh_s",
-                "floor_converged_s")
+                "stack_rerun_s", "up_rerun_stock_s", "floor_fresh_s", "floor_converged_s")
         text += "\n" + table(
             "SIMULATED cluster (s): up = `up --skip-smoke`; issue_phases = its preflight + stack "
-            "+ fabric + validate (no monitoring); stack = its package phase; fast = "
-            "the rerun with --fast (Mitogen); floor = the same package work by a plain script "
-            "over SSH (fresh / converged nodes)",
+            "+ fabric + validate (no monitoring); stack = its package phase; stock = the "
+            "rerun under ansible-core's default settings; floor = the same package work by a "
+            "plain script over SSH (fresh / converged nodes)",
             ("nodes", *cols), [(n, *(_cell(r.get(c)) for c in cols))
                                for n, r in cl["nodes"].items()])
         for kind in ("tasks", "roles"):

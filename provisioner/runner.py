@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from provisioner.errors import EnvironmentProblem
 from provisioner.paths import collection_root, collections_path
@@ -55,44 +55,6 @@ class _Cancel:
 
 
 PEXPECT_TIMEOUT_S = 0.5
-
-
-class _Fast:
-    """`--fast`: the phases run under Mitogen's strategy (one persistent Python interpreter per
-    node, modules run in it instead of being copied and started per task)."""
-
-    env: ClassVar[dict[str, str]] = {}
-    description: ClassVar[str] = ""
-
-
-MITOGEN_STRATEGY = "mitogen_linear"
-
-
-def fast_env() -> dict[str, str]:
-    """The Ansible settings that select Mitogen's strategy (also for `make molecule-fast`).
-    One line when Mitogen is not installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("ansible_mitogen")
-    if spec is None or not spec.submodule_search_locations:
-        raise EnvironmentProblem("--fast needs Mitogen for Ansible: pip install mitogen "
-                                 "(`make deps` installs it)")
-    strategies = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(strategies), "ANSIBLE_STRATEGY": MITOGEN_STRATEGY}
-
-
-def use_fast() -> str:
-    """Run the phases with Mitogen for Ansible; what it is, for the report."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    env = fast_env()
-    try:
-        release = version("mitogen")
-    except PackageNotFoundError:
-        release = "unknown version"
-    _Fast.env = env
-    _Fast.description = f"{MITOGEN_STRATEGY} (mitogen {release})"
-    return _Fast.description
 
 
 def request_cancel(signum: int) -> bool:
@@ -318,8 +280,8 @@ def run_playbook(
 
 def _playbook_env(root: Path) -> dict[str, str]:
     """Return the environment ansible-playbook runs with (before the caller's ANSIBLE_*
-    tuning): the collection's ansible.cfg, no colour, host key checking on, --fast's settings
-    and a PATH that finds ansible-playbook. Raises EnvironmentProblem when it finds none."""
+    tuning): the collection's ansible.cfg, no colour, host key checking on and a PATH that
+    finds ansible-playbook. Raises EnvironmentProblem when it finds none."""
     env = {
         "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
         "ANSIBLE_FORCE_COLOR": "0",
@@ -335,7 +297,6 @@ def _playbook_env(root: Path) -> dict[str, str]:
             [str(collections_path()), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]).rstrip(
                 os.pathsep),
     }
-    env.update(_Fast.env)
     # ansible-playbook comes with the interpreter's environment (the venv), even when the venv
     # is not activated.
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -527,4 +488,4 @@ def connection_settings(host_vars: Mapping[str, Mapping[str, Any]],
     return {"connect_timeout_s": timeout, "connect_timeout_from": timeout_from,
             "ssh_retries": retries, "ssh_retries_from": retries_from,
             "unreachable_cost_s": worst, "overridden_on": overridden,
-            "strategy": _Fast.description or env.get("ANSIBLE_STRATEGY") or "linear"}
+            "strategy": env.get("ANSIBLE_STRATEGY") or "linear"}

@@ -193,9 +193,6 @@ def _executors(args: argparse.Namespace, cp: ClusterPlan) -> tuple[Any, tuple[st
             raise InputError("--executor-ssh-config says how to reach --executors: add "
                              "--executors, or leave it out")
         return None, None
-    if getattr(args, "fast", False):
-        raise InputError("--fast and --executors do not go together yet (Mitogen runs on the "
-                         "controller only): leave one out")
     if getattr(args, "reboot", False):
         # The reboot ledger and Ansible's throttle are per executor: N executors would reboot
         # N batches at once, N times the nodes --batch-size allows.

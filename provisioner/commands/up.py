@@ -52,9 +52,6 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
                     "5%%); the run still exits 1 and the report names every lost node")
     up.add_argument("--check", action="store_true",
                     help="dry run (ansible --check): report what would change, change nothing")
-    up.add_argument("--fast", action="store_true",
-                    help="run the phases with Mitogen for Ansible (strategy mitogen_linear): "
-                    "fewer round trips per task; the report says which strategy ran")
     _executor_options(up)
     _json_option(up, "the run's report")
     return up
@@ -68,10 +65,6 @@ def run(args: argparse.Namespace) -> int:
                          "add --reboot, or leave them out")
     cp = _build(args.inventory)
     executors, limit_hosts = _executors(args, cp)
-    if args.fast:
-        from provisioner.runner import use_fast
-
-        use_fast()
     _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
     from provisioner import slurm
 

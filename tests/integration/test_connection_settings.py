@@ -71,3 +71,8 @@ def test_hosts_that_set_their_own_are_listed() -> None:
         "flaky": {"ansible_ssh_retries": 4},
         "slow": {"ansible_ssh_timeout": 30},
     }
+
+
+def test_the_reported_strategy_is_the_environments_else_linear() -> None:
+    assert connection_settings({}, environ={})["strategy"] == "linear"
+    assert connection_settings({}, environ={"ANSIBLE_STRATEGY": "free"})["strategy"] == "free"

@@ -354,9 +354,6 @@ def _cli(tmp_path: Path, *args: str, command: str = "up") -> tuple[int, str, str
 @pytest.mark.parametrize(("args", "line"), [
     (["--executor-ssh-config", "/etc/hostname"],
      "--executor-ssh-config says how to reach --executors: add --executors, or leave it out"),
-    (["--executors", "e1", "--fast"],
-     "--fast and --executors do not go together yet (Mitogen runs on the controller only): "
-     "leave one out"),
     (["--executors", "e1,e1"], "--executors: e1 is named twice"),
     (["--executors", "e1", "--limit", "nosuchhost"],
      "--limit nosuchhost: matches no host of the inventory"),

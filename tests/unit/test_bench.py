@@ -70,13 +70,13 @@ def test_the_profiling_callbacks_ship_with_the_ansible_package() -> None:
 def test_headline_keys_come_from_the_node_rows_with_reasons_for_gaps() -> None:
     result = {"special_nodes": 3, "nodes": {
         "1": {"up_first_s": 40.0, "up_rerun_s": 20.0, "stack_rerun_s": 6.0,
-              "floor_fresh_s": 3.0, "up_rerun_fast_s": 15.0},
+              "floor_fresh_s": 3.0},
         "3": {"up_first_s": 24.0, "up_first_issue_phases_s": 19.5, "up_rerun_s": 25.0,
               "up_rerun_stock_s": 60.0}},
         "unreachable": {"cost_s": 9.5}}
     keys, why = cluster.headline(result)
     assert keys == {"stack_rerun_over_floor": 2.0, "rerun_8_over_1": None,
-                    "fast_over_tuned": 0.75, "tuned_over_stock": 0.42, "up_3_nodes_s": 24.0,
+                    "tuned_over_stock": 0.42, "up_3_nodes_s": 24.0,
                     "up_3_nodes_issue_phases_s": 19.5, "unreachable_node_cost_s": 9.5}
     assert why == {"rerun_8_over_1": "needs node counts 1 and 8 (--nodes)"}
 

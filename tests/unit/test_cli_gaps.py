@@ -352,8 +352,6 @@ def test_validate_passes_limit_and_executors(inventory: Path, fake_run: FakeRun,
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--fast", "--executors", "e1"], "--fast and --executors do not go together yet (Mitogen "
-     "runs on the controller only): leave one out"),
     (["--executor-ssh-config", "cfg"], "--executor-ssh-config says how to reach --executors: "
      "add --executors, or leave it out"),
     (["--executors", "e1", "--limit", "nothing-*"], "--limit nothing-*: matches no host of the "
