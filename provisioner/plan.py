@@ -13,7 +13,7 @@ inventory; plain Ansible does the same by hand::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,8 @@ PLAN_MARKER = "provisioner_plan_applied"
 
 # The profile fields gpu_validate and preflight compare a node with. The bus-bandwidth floors
 # stay on the controller (the smoke job is judged there), like the profile's sources.
-EXPECTED_FIELDS: tuple[str, ...] = (*HARDWARE_FIELDS, "ib_write_bw_floor_gbps")
+EXPECTED_FIELDS: tuple[str, ...] = (*HARDWARE_FIELDS, "ib_write_bw_floor_gbps",
+                                    "multi_node_nvlink")
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class HostPlan:
     # {family: {component: names}}: other branches' and the other flavour's driver and fabric
     # manager packages, removed before the planned ones are installed.
     replaced: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
+    # Multi-node NVLink profiles: the NVLink domain (the inventory's nvlink_domain) and every
+    # host of it, this one included, in inventory order: the IMEX service's peers.
+    nvlink_domain: str | None = None
+    nvlink_domain_hosts: tuple[str, ...] = ()
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
@@ -91,6 +96,9 @@ class HostPlan:
             out[key] = list(value) if isinstance(value, tuple) else value
         out["driver_version"] = self.stack.driver_version
         out["fabric"] = self.fabric
+        if self.nvlink_domain is not None:
+            out["nvlink_domain"] = self.nvlink_domain
+            out["nvlink_domain_hosts"] = list(self.nvlink_domain_hosts)
         return out
 
 
@@ -183,6 +191,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         gpu_fabrics.add(fabric)
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
     _add_cpu_hosts(plan, matrix, gpu_fabrics)
+    _add_nvlink_domains(plan)
     plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
     try:
@@ -225,6 +234,38 @@ def _add_cpu_hosts(plan: ClusterPlan, matrix: StackMatrix, gpu_fabrics: set[str]
             f"{', ...' if len(no_rdma) > 5 else ''}) get no RDMA configuration: the GPU nodes use "
             f"different fabrics ({', '.join(sorted(gpu_fabrics))}) and they name none; set "
             "fabric on a CPU node that needs RDMA")
+
+
+def _add_nvlink_domains(plan: ClusterPlan) -> None:
+    """Group the hosts of multi-node NVLink profiles by their nvlink_domain (a GB200 NVL72
+    rack's compute trays share one); hosts that name none form the domain "default", said in a
+    note. nvlink_domain on any other host is refused: it would configure nothing."""
+    domains: dict[str, list[str]] = {}
+    unnamed: list[str] = []
+    for name, host in plan.hosts.items():
+        raw = plan.inventory.hosts[name].vars.get("nvlink_domain")
+        if host.profile is None or not host.profile.multi_node_nvlink:
+            if raw is not None:
+                what = host.profile.name if host.profile else "a CPU node"
+                raise InputError(f"inventory {plan.inventory.source}: host {name}: "
+                                 f"nvlink_domain is set, but {what} has no multi-node NVLink")
+            continue
+        if raw is not None and (not isinstance(raw, str) or not raw.strip()):
+            raise InputError(f"inventory {plan.inventory.source}: host {name}: nvlink_domain "
+                             f"must be a name (the NVLink domain, e.g. its rack), got {raw!r}")
+        if raw is None:
+            unnamed.append(name)
+        domains.setdefault(str(raw or "default").strip(), []).append(name)
+    for domain, members in domains.items():
+        for name in members:
+            plan.hosts[name] = replace(plan.hosts[name], nvlink_domain=domain,
+                                       nvlink_domain_hosts=tuple(members))
+    if unnamed:
+        plan.notes.append(
+            f"{len(unnamed)} multi-node NVLink host(s) ({', '.join(unnamed[:5])}"
+            f"{', ...' if len(unnamed) > 5 else ''}) name no nvlink_domain: they are judged as "
+            "one NVLink domain, \"default\" (set nvlink_domain, e.g. the rack, where there are "
+            "several)")
 
 
 def _flag(host: str, hostvars: Mapping[str, Any], name: str) -> bool:

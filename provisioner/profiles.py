@@ -37,7 +37,8 @@ HARDWARE_FIELDS: tuple[str, ...] = (
 )
 # The fields the GPU simulator reads (Profile.sim_json).
 SIM_FIELDS: tuple[str, ...] = (
-    *HARDWARE_FIELDS, "fabric", "busbw_floor_intra_gbps", "busbw_floor_inter_gbps",
+    *HARDWARE_FIELDS, "fabric", "multi_node_nvlink", "busbw_floor_intra_gbps",
+    "busbw_floor_inter_gbps",
     "memory_bandwidth_gbps", "simulated",
 )
 
@@ -92,6 +93,10 @@ class Profile(BaseModel):
     # NVSwitch chip generation (2: HGX A100, 3: HGX H100/H200, 4: HGX B200); required with
     # nvswitch: true. It decides the fabric manager's prerequisites (stacks.yml).
     nvswitch_generation: int | None = Field(default=None, ge=1, le=9)
+    # Multi-node NVLink: the GPUs reach other nodes' GPUs over NVLink (a GB200 NVL72 rack's
+    # compute trays share one NVLink domain through its NVLink switch trays). validate then
+    # judges every GPU's fabric registration and the IMEX service the domain needs.
+    multi_node_nvlink: bool = False
     # The oldest driver release that knows this GPU model (None: its architecture's branch
     # minimum in stacks.yml decides). Checked at plan time against the resolved driver.
     min_driver: str | None = Field(default=None, pattern=_DRIVER_VERSION)
@@ -129,6 +134,8 @@ class Profile(BaseModel):
         if self.nvswitch and (self.nvlink_links_per_gpu == 0 or self.gpu_count < 2):
             raise ValueError("nvswitch: true needs NVLink (nvlink_links_per_gpu > 0) and "
                              "more than one GPU")
+        if self.multi_node_nvlink and self.nvlink_links_per_gpu == 0:
+            raise ValueError("multi_node_nvlink: true needs NVLink (nvlink_links_per_gpu > 0)")
         if self.nvswitch != (self.nvswitch_generation is not None):
             raise ValueError("nvswitch_generation must be set exactly when nvswitch is true")
         if (self.ib_hcas > 0) != (self.ib_rate_gbps > 0):

@@ -17,6 +17,11 @@ description:
     of the GPUs (with the C(gpu) subset, which names their PCI addresses) and RDMA devices, and
     judges how much they rose since O(counters_before), the reading of the last run (returned
     as C(facts.counters.now) for the next one); without it the reading is a baseline.
+  - The C(imex) subset, read only where O(expected) says C(multi_node_nvlink), is the IMEX
+    service of the node's NVLink domain - C(systemctl is-active nvidia-imex), the addresses in
+    O(imex_nodes_config), C(nvidia-imex-ctl -N -j) and the IMEX channels - judged against the
+    plan's C(nvlink_domain_hosts). Each GPU's NVLink fabric registration (C(nvidia-smi -q -x)
+    C(fabric)) is judged there too.
   - Read-only.
 options:
   expected:
@@ -28,8 +33,8 @@ options:
     description: What to read.
     type: list
     elements: str
-    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters]
-    default: [gpu, nvlink, topo, ib, xid, dcgm, counters]
+    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex]
+    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex]
   ib_sysfs_root:
     description: Root of the InfiniBand class directory.
     type: path
@@ -39,6 +44,10 @@ options:
       judged against every port's GID table (it must name the RoCE v2 IPv4-mapped entry).
     type: path
     default: /etc/nccl.conf
+  imex_nodes_config:
+    description: The IMEX service's list of the NVLink domain's node addresses.
+    type: path
+    default: /etc/nvidia-imex/nodes_config.cfg
   pci_sysfs_root:
     description: Where the PCI functions are listed by address (the GPUs' PCIe AER counters
       are read there; an RDMA device's through its C(device) link).
@@ -95,6 +104,11 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.dcgm import (
     parse_dcgmi_diag,
 )
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.fabric import (
+    IMEX_CHANNELS,
+    parse_imex_domain,
+    parse_nodes_config,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.ib_sysfs import (
     read_ib_sysfs,
 )
@@ -114,6 +128,8 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     FATAL_XIDS,
     parse_xid,
 )
+
+SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex"]
 
 
 def run_tool(module, args):
@@ -173,13 +189,37 @@ def nccl_setting(path, key):
     return value
 
 
+def read_imex(module, nodes_config):
+    """The IMEX service's state, its node list, the domain as nvidia-imex-ctl reports it and
+    the IMEX channels present."""
+    out = {}
+    systemctl = module.get_bin_path("systemctl")
+    if systemctl:
+        rc, state, err = module.run_command([systemctl, "is-active", "nvidia-imex"])
+        lines = (state or err).strip().splitlines()
+        out["service"] = lines[-1] if lines else "exit %d" % rc
+    try:
+        with open(nodes_config, encoding="utf-8", errors="replace") as fh:
+            out["nodes_config"] = parse_nodes_config(fh.read())
+    except OSError as exc:
+        out["nodes_config"] = None
+        out["nodes_config_error"] = exc.strerror or str(exc)
+    out["domain"] = guarded(parse_imex_domain,
+                            *run_tool(module, ["nvidia-imex-ctl", "-N", "-j"]))
+    try:
+        out["channels"] = sorted(os.listdir(IMEX_CHANNELS))
+    except OSError:
+        out["channels"] = []
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             expected=dict(type="dict", required=True),
             subsets=dict(type="list", elements="str",
-                         default=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"],
-                         choices=["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"]),
+                         default=SUBSETS, choices=SUBSETS),
+            imex_nodes_config=dict(type="path", default="/etc/nvidia-imex/nodes_config.cfg"),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
             nccl_conf=dict(type="path", default="/etc/nccl.conf"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
@@ -225,6 +265,8 @@ def main():
                 facts["dcgm"] = {"error": (err or out).strip()[-300:] or "exit %d" % rc}
         else:
             facts["dcgm"] = None
+    if "imex" in p["subsets"] and p["expected"].get("multi_node_nvlink"):
+        facts["imex"] = read_imex(module, p["imex_nodes_config"])
     if "counters" in p["subsets"]:
         root = p["ib_sysfs_root"]
         ib = facts.get("ib")

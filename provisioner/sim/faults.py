@@ -114,6 +114,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     FaultKind("nvlink-link-down", "gpuN-nvlink-linkK-down",
               r"gpu(?P<gpu>\d+)-nvlink-link(?P<link>\d+)-down", "gpu",
               "NVLink K of GPU N is inactive", (FAULTS_FILE,), ("nvidia-smi",)),
+    # Multi-node NVLink profiles only: the GPU has not registered with the NVLink fabric (the
+    # NVLink switch trays or the fabric manager have not finished setting up its routes).
+    FaultKind("fabric-in-progress", "gpuN-fabric-in-progress",
+              r"gpu(?P<gpu>\d+)-fabric-in-progress", "gpu",
+              "GPU N's NVLink fabric registration is still In Progress (no clique ID or cluster "
+              "UUID): it is not in the multi-node NVLink domain", (FAULTS_FILE,), ("nvidia-smi",)),
     FaultKind("ecc-uncorrectable", "gpuN-ecc-uncorrectable",
               r"gpu(?P<gpu>\d+)-ecc-uncorrectable", "gpu",
               "GPU N has uncorrectable DRAM ECC errors and a row remap pending; dcgmi diag "
@@ -371,6 +377,9 @@ def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
     if fault.kind.key == "hca-no-ipv4-gid" and str(profile.get("fabric", "")).lower() != "roce":
         raise InputError(f"{where}'s fabric is {profile.get('fabric', 'infiniband')}: a GID "
                          "table's IPv4 entry is a RoCE port's")
+    if fault.kind.key == "fabric-in-progress" and not profile.get("multi_node_nvlink"):
+        raise InputError(f"{where} has no multi-node NVLink: its GPUs register with no NVLink "
+                         "domain")
     if fault.mbit is not None and not 0 < fault.mbit < LINE_RATE_MBIT:
         raise InputError(f"sim up: fault {spec.text!r}: a rate is a positive number of Mbit/s "
                          f"below the simulated line rate ({LINE_RATE_MBIT} Mbit/s)")

@@ -55,6 +55,7 @@ EXAMPLES = {
     "net-slow": ("net-slow", {}),
     "net-slow-1400mbit": ("net-slow-mbit", {"mbit": 1400}),
     "mlx5_1-no-ipv4-gid": ("hca-no-ipv4-gid", {"hca": 1}),
+    "gpu2-fabric-in-progress": ("fabric-in-progress", {"gpu": 2}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
     "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
 }
@@ -129,14 +130,18 @@ def test_specs_target_every_gpu_node_or_one() -> None:
     assert for_node("sim-gpu-2", raw) == ["gpu3-nvlink-down", "mlx5_1-down"]
 
 
-# Faults of a RoCE port: valid on a RoCE profile only.
+# Faults of a RoCE port: valid on a RoCE profile only; of a multi-node NVLink GPU: on such a
+# profile only.
 ROCE_ONLY = ("mlx5_1-no-ipv4-gid",)
+MNNVL_ONLY = ("gpu2-fabric-in-progress",)
+GB200 = load_profiles()["sim-gb200-4gpu"].sim_json()
 
 
 def test_every_example_is_valid_on_the_default_profile() -> None:
-    others = [text for text in EXAMPLES if text not in ROCE_ONLY]
+    others = [text for text in EXAMPLES if text not in ROCE_ONLY + MNNVL_ONLY]
     assert len(validate(others, H100, GPU_NODES)) == len(others)
     assert len(validate(ROCE_ONLY, L40S, GPU_NODES)) == len(ROCE_ONLY)
+    assert len(validate(MNNVL_ONLY, GB200, GPU_NODES)) == len(MNNVL_ONLY)
 
 
 @pytest.mark.parametrize(("profile", "text", "message"), [

@@ -35,13 +35,15 @@ def test_required_profiles_present() -> None:
     assert set(REQUIRED) <= set(PROFILES)
 
 
-def test_sim_profile_is_hgx_h100_marked_simulated() -> None:
-    real, sim = PROFILES["hgx-h100-8gpu"].sim_json(), PROFILES["sim-h100-8gpu"].sim_json()
+@pytest.mark.parametrize(("real_name", "sim_name"), [("hgx-h100-8gpu", "sim-h100-8gpu"),
+                                                     ("gb200-nvl72-tray", "sim-gb200-4gpu")])
+def test_sim_profiles_are_real_ones_marked_simulated(real_name: str, sim_name: str) -> None:
+    real, sim = PROFILES[real_name].sim_json(), PROFILES[sim_name].sim_json()
     assert sim["simulated"] is True and real["simulated"] is False
     for key in SIM_FIELDS:
         if key != "simulated":
             assert sim[key] == real[key], key
-    assert [n for n, p in PROFILES.items() if p.simulated] == ["sim-h100-8gpu"]
+    assert [n for n, p in PROFILES.items() if p.simulated] == ["sim-h100-8gpu", "sim-gb200-4gpu"]
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

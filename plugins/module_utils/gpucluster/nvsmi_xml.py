@@ -187,6 +187,25 @@ def _clock_reasons(gpu: ET.Element) -> list[str] | None:
     return None
 
 
+def _fabric(gpu: ET.Element) -> dict[str, Any] | None:
+    """The GPU's NVLink fabric registration (``<fabric>``, r550+): ``state`` as printed
+    ("Completed", "In Progress", "Not Started", "Not Supported"), ``status``, ``clique_id``,
+    ``cluster_uuid`` and the ``health`` sub-elements by tag. ``None`` where the block is absent
+    (older drivers); values nvidia-smi prints as N/A are ``None``."""
+    node = gpu.find("fabric")
+    if node is None:
+        return None
+    health = node.find("health")
+    return {
+        "state": _text(node, "state"),
+        "status": _text(node, "status"),
+        "clique_id": _text(node, "cliqueId"),
+        "cluster_uuid": _text(node, "clusterUuid"),
+        "health": {child.tag: clean(child.text) for child in health}
+        if health is not None else {},
+    }
+
+
 def _mig_devices(gpu: ET.Element) -> list[dict[str, Any]]:
     devices = []
     for node in gpu.findall("mig_devices/mig_device"):
@@ -221,6 +240,7 @@ def _gpu(index: int, gpu: ET.Element) -> dict[str, Any]:
         "persistence_mode": to_bool(_text(gpu, "persistence_mode")),
         "mig_mode": to_bool(_text(gpu, "mig_mode/current_mig")),
         "mig_devices": _mig_devices(gpu),
+        "fabric": _fabric(gpu),
         "ecc": _ecc(gpu),
         "retired_pages": _retired_pages(gpu),
         "remapped_rows": _remapped_rows(gpu),

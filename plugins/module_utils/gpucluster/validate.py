@@ -8,6 +8,7 @@ Every check names the GPU or port it is about and carries measured vs expected v
 from __future__ import annotations
 
 from .counters import counter_checks
+from .fabric import fabric_checks, imex_checks
 from .preflight import check
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -22,8 +23,12 @@ def evaluate(facts, expected):
     checks = []
     if "gpu" in facts:
         checks.extend(_gpu_checks(facts.get("gpu"), expected))
+    if "gpu" in facts and expected.get("multi_node_nvlink"):
+        checks.extend(fabric_checks(facts.get("gpu")))
     if "nvlink" in facts:
         checks.extend(_nvlink_checks(facts.get("nvlink"), expected, facts.get("gpu")))
+    if "imex" in facts:
+        checks.extend(imex_checks(facts.get("imex"), expected))
     if "ib" in facts:
         checks.extend(_ib_checks(facts.get("ib"), expected))
     if "xid" in facts:

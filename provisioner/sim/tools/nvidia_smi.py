@@ -347,6 +347,10 @@ class Node:
             if not has_fault(slot_faults, "missing"):
                 self.gpus.append(Gpu(self, slot, len(self.gpus), slot_faults))
         self.nvswitch = bool(profile.get("nvswitch", False))
+        # Multi-node NVLink (a GB200 NVL72 rack's compute trays): the domain's name, the same on
+        # every node of it (its clique ID and cluster UUID derive from it).
+        self.multi_node_nvlink = bool(profile.get("multi_node_nvlink", False))
+        self.nvlink_domain = str(profile.get("nvlink_domain") or "default")
         fabric = str(profile.get("fabric", "infiniband")).lower()
         self.nic_count = int(profile.get("ib_hcas", 0)) if fabric in ("infiniband", "roce") else 0
 
@@ -648,14 +652,30 @@ def _power_xml(node: Node, gpu: Gpu) -> XmlTree:
     ]
 
 
+def _fabric_xml(node: Node, gpu: Gpu) -> XmlTree:
+    """The GPU's NVLink fabric registration. On a multi-node NVLink profile every GPU of the
+    domain reports one clique ID and cluster UUID (derived from the node's nvlink_domain, the
+    same on every node of it), unless gpuN-fabric-in-progress holds its registration back; an
+    NVSwitch baseboard registers with its own fabric manager (no cluster UUID)."""
+    if node.multi_node_nvlink:
+        if has_fault(gpu.faults, "fabric-in-progress"):
+            return [("state", "In Progress"), *na("status", "cliqueId", "clusterUuid"),
+                    ("health", na("bandwidth"))]
+        digest = hashlib.sha256(f"nvlink-domain:{node.nvlink_domain}".encode()).hexdigest()
+        uuid = f"{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        return [("state", "Completed"), ("status", "Success"),
+                ("cliqueId", str(int(digest[32:36], 16) % 32768)), ("clusterUuid", uuid),
+                ("health", [("bandwidth", "Full")])]
+    if node.nvswitch:
+        return [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
+                ("clusterUuid", "N/A"), ("health", [("bandwidth", "Full")])]
+    return [*na("state", "status", "cliqueId", "clusterUuid"), ("health", na("bandwidth"))]
+
+
 def _clocks_xml(node: Node, gpu: Gpu) -> XmlTree:
     """Return the elements clocks through supported_clocks, the NVSwitch fabric's state
     among them."""
-    if node.nvswitch:
-        fabric: XmlTree = [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
-                           ("clusterUuid", "N/A"), ("health", [("bandwidth", "Full")])]
-    else:
-        fabric = [*na("state", "status", "cliqueId", "clusterUuid"), ("health", na("bandwidth"))]
+    fabric = _fabric_xml(node, gpu)
     mhz = "{} MHz".format
     return [
         ("clocks", [("graphics_clock", mhz(gpu.sm_clock)), ("sm_clock", mhz(gpu.sm_clock)),
