@@ -180,7 +180,7 @@ def display_bench(hosts: int = 2000, tasks: int = 100, budget_s: float = 30.0) -
 
 def event_bench(count: int = 200_000) -> dict[str, Any]:
     from provisioner.results import PlaybookResult
-    from provisioner.runner import EventSink
+    from provisioner.run_events import EventSink
 
     result = PlaybookResult("bench.yml", "running", -1, 0.0, Path("/tmp"))
     sink = EventSink(result, None)

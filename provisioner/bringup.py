@@ -26,12 +26,9 @@ from provisioner.report import (
     runs_dir,
 )
 from provisioner.results import PlaybookResult, ProgressCallback
-from provisioner.runner import (
-    connection_settings,
-    host_key_checking_off,
-    raise_if_cancelled,
-    run_playbook,
-)
+from provisioner.run_cancel import raise_if_cancelled
+from provisioner.runner import run_playbook
+from provisioner.ssh_policy import connection_settings, host_key_checking_off
 from provisioner.untrusted import secrets_in
 
 if TYPE_CHECKING:

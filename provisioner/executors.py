@@ -42,14 +42,10 @@ from typing import IO, Any
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import COLLECTION_NAME, COLLECTION_NAMESPACE, collection_root
 from provisioner.results import HostStats, PlaybookResult, ProgressCallback, TaskFailure
-from provisioner.runner import (
-    PEXPECT_TIMEOUT_S,
-    EventSink,
-    cancel_requested,
-    passthrough_env,
-    stoppable,
-    stream,
-)
+from provisioner.run_cancel import PEXPECT_TIMEOUT_S, cancel_requested, stoppable
+from provisioner.run_events import EventSink
+from provisioner.runner import stream
+from provisioner.ssh_policy import passthrough_env
 from provisioner.untrusted import redact
 
 # What the worker's runs need from the collection (the rest of a checkout is the controller's).

@@ -202,7 +202,7 @@ class Report:
     batches: list[Batch] = field(default_factory=list)
     # How long a node that does not answer holds up a phase: ssh's connect timeout, Ansible's
     # ssh retries, where each comes from, the hosts whose inventory sets its own
-    # (runner.connection_settings).
+    # (ssh_policy.connection_settings).
     connection: dict[str, Any] = field(default_factory=dict)
     # `up --executors`: executor -> the hosts it ran (the per-node phases; each host's entry
     # names its executor too). Empty when the controller ran every phase itself.

@@ -1,8 +1,9 @@
 """What a playbook run produced, as the report and the live display read it: per-host
 counters, task failures, the roles' report facts, and the progress events of the stream.
 
-Plain data, no Ansible: ``runner.py`` (the one module that imports ansible_runner) fills these
-in; ``report.py`` and ``progress.py`` read them without importing the runner.
+Plain data, no Ansible: ``run_events.py`` (the event sink of ``runner.py``, the one module that
+imports ansible_runner) fills these in; ``report.py`` and ``progress.py`` read them without
+importing the runner.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from provisioner.matrix import load_matrix
 from provisioner.plan import ClusterPlan
 from provisioner.report import Batch, Phase, Report
 from provisioner.results import ProgressCallback
-from provisioner.runner import raise_if_cancelled, run_playbook
+from provisioner.run_cancel import raise_if_cancelled
+from provisioner.runner import run_playbook
 
 # The phases of `up` a batch runs. Not preflight (the nodes run jobs until drained: its
 # checks would race them), not fabric (nothing in it depends on the stack), not the scheduler

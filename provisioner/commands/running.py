@@ -28,25 +28,25 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def _on_stop_signal(signum: int, _frame: object) -> None:
     """Stop the run: while a playbook runs, the runner kills ansible-playbook's process group
     and the phase ends; otherwise stop here. Either way Interrupted reaches _run."""
-    from provisioner import runner
+    from provisioner import run_cancel
 
-    if runner.request_cancel(signum):
+    if run_cancel.request_cancel(signum):
         return
-    raise runner.Interrupted(signum)
+    raise run_cancel.Interrupted(signum)
 
 
 @contextmanager
 def _stop_signals() -> Iterator[None]:
-    from provisioner import runner
+    from provisioner import run_cancel
 
-    runner.reset_cancel()
+    run_cancel.reset_cancel()
     previous = {s: signal.signal(s, _on_stop_signal) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        runner.reset_cancel()
+        run_cancel.reset_cancel()
 
 
 @contextmanager
@@ -63,12 +63,12 @@ def _signals_held() -> Iterator[None]:
 def _refuse_insecure_env(cp: ClusterPlan) -> None:
     """ANSIBLE_* variables that turn off SSH host key checking are refused unless the
     inventory itself turns it off for every host (explicit, and then the report says so)."""
-    from provisioner import runner
+    from provisioner import ssh_policy
 
-    bad = runner.insecure_env()
+    bad = ssh_policy.insecure_env()
     if not bad:
         return
-    off = set(runner.host_key_checking_off(
+    off = set(ssh_policy.host_key_checking_off(
         {e.name: e.connection for e in cp.inventory.hosts.values()}))
     if off != set(cp.inventory.hosts):
         raise InputError(f"{bad[0]} in the environment would turn off SSH host key checking; "
@@ -82,13 +82,14 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
     """Run phases on a validated plan, save the report, print it; the exit code of the run.
     The report is saved whatever stops the run (a signal, an error of ours). ``execute``
     runs them instead of bringup.run_phases, with the same arguments (`upgrade`'s batches)."""
-    from provisioner import bringup, render, runlock, runner
+    from provisioner import bringup, render, run_cancel, runlock
     from provisioner.report import runs_dir
 
     _refuse_insecure_env(cp)
     if args.verbose:
-        # ansible-runner hands ANSIBLE_* variables to ansible-playbook (runner.passthrough_env);
-        # its output lands in the run's artifacts, not on our console.
+        # ansible-runner hands ANSIBLE_* variables to ansible-playbook
+        # (ssh_policy.passthrough_env); its output lands in the run's artifacts, not on our
+        # console.
         os.environ.setdefault("ANSIBLE_VERBOSITY", str(min(args.verbose, 4)))
     lock = runlock.acquire(runs_dir(), cp.inventory, command)
     try:
@@ -110,7 +111,7 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
             try:
                 ok = (execute or bringup.run_phases)(cp, report, run_dir, phases, options,
                                                      _display_factory(args))
-            except runner.Interrupted as exc:
+            except run_cancel.Interrupted as exc:
                 with _signals_held():
                     report.notes.append(f"interrupted by {exc.name}: ansible-playbook was "
                                         "stopped; the phases after it did not run")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.paths import collection_root
-from provisioner.runner import connection_settings
+from provisioner.ssh_policy import connection_settings
 
 ANSIBLE_CONFIG = str(Path(sys.executable).parent / "ansible-config")
 

@@ -170,12 +170,12 @@ def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
         project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT during a sharded phase: recorded (not raised mid-phase), every ssh session and
     worker ended, the phase comes back canceled with no executor blamed; run_phases then
-    raises Interrupted (runner.raise_if_cancelled) as after a local phase."""
+    raises Interrupted (run_cancel.raise_if_cancelled) as after a local phase."""
     import signal
     import threading
     import time
 
-    from provisioner import runner
+    from provisioner import run_cancel
 
     local_executors(monkeypatch)
     # The worker and its ansible-playbook run from a bin directory of this test's own (links to
@@ -206,13 +206,13 @@ def test_a_stop_signal_ends_every_executors_phase_and_its_processes(
         assert len(_processes_running(marker)) == len(HOSTS), "the probe never slept"
         # The workers and their ansible-playbook carry the marker this test looks for after.
         assert len(_processes_running(str(own_bin))) >= 2 * len(executors.names)
-        assert runner.request_cancel(signal.SIGINT) is True  # a phase runs: recorded only
+        assert run_cancel.request_cancel(signal.SIGINT) is True  # a phase runs: recorded only
         stopped = time.monotonic()
         thread.join(timeout=60)
         assert not thread.is_alive()
         assert time.monotonic() - stopped < 30
     finally:
-        runner.reset_cancel()
+        run_cancel.reset_cancel()
         thread.join(timeout=60)
         for pid in _processes_running(marker):  # the "nodes'" tasks, if any outlived it
             with contextlib.suppress(OSError):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import results, runner
+from provisioner import results, run_events, runner
 
 PLAYBOOK = """
 - name: Test | Localhost play
@@ -73,7 +73,7 @@ def test_run_streams_events_and_judges_from_stats(project: Path, tmp_path: Path)
 
 def test_failure_list_is_bounded(project: Path, tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "MAX_FAILURES", 0)
+    monkeypatch.setattr(run_events, "MAX_FAILURES", 0)
     result = runner.run_playbook("demo.yml", [project], tmp_path / "run", "02-demo", timeout=120)
     assert result.failures == []
     assert result.dropped_failures == 1

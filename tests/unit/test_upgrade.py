@@ -355,7 +355,7 @@ def test_the_stack_override_is_refused_by_plan_build(tmp_path: Path) -> None:
 
 def test_an_interrupt_marks_the_batch_and_the_ones_after(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from provisioner.runner import Interrupted
+    from provisioner.run_cancel import Interrupted
 
     cp = plan.build(inventory(tmp_path, gpus=3), stack="cuda-12.9")
     fake = FakeCluster(hosts=list(cp.inventory.gpu_hosts))
