@@ -260,6 +260,14 @@ def _add_nvlink_domains(plan: ClusterPlan) -> None:
         for name in members:
             plan.hosts[name] = replace(plan.hosts[name], nvlink_domain=domain,
                                        nvlink_domain_hosts=tuple(members))
+    if domains:
+        count = sum(len(members) for members in domains.values())
+        plan.notes.append(
+            f"{count} multi-node NVLink host(s) in {len(domains)} NVLink domain(s): validate "
+            "judges each GPU's NVLink fabric registration and the domain's IMEX service; IMEX "
+            "itself is not installed by this tool (install nvidia-imex matching the driver, "
+            "list the domain's addresses in /etc/nvidia-imex/nodes_config.cfg, create IMEX "
+            "channel 0 at every boot)")
     if unnamed:
         plan.notes.append(
             f"{len(unnamed)} multi-node NVLink host(s) ({', '.join(unnamed[:5])}"

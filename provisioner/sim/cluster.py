@@ -250,6 +250,10 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
     apply_mirror_faults(spec, say)
     _start_mirror(spec, image.name, fixed[MIRROR])
+    if profile_json.get("multi_node_nvlink"):
+        # One NVLink domain: every GPU node's address in IMEX's node list.
+        profile_json = dict(profile_json, imex_nodes=[
+            fixed[name] for name, group in names if group == "gpu_nodes"])
     known_hosts = _create_nodes(spec, image.name, fixed, client_key, kernel, profile_json, say)
     cluster.addresses = _addresses(spec)
     lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
@@ -494,6 +498,9 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
     return host_pub, buf.getvalue()
 
 
+BINFMT_UNITS = ("systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
+                "proc-sys-fs-binfmt_misc.mount")
+
 SIM_MARKER = (b"This node is part of a SIMULATED cluster (gpu-cluster-provisioner). "
               b"No real GPU, NVLink or InfiniBand hardware is present.\n")
 
@@ -525,6 +532,10 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         ("etc/systemd/system/sysinit.target.wants", None, 0o755),
         (f"etc/systemd/system/sysinit.target.wants/{BOOT_UNIT}",
          f"/etc/systemd/system/{BOOT_UNIT}".encode(), -1),
+        # The kernel's binfmt_misc table is the machine's, not the container's: a privileged
+        # node's systemd-binfmt.service clears it at start and at stop (seen: it removed this
+        # machine's qemu-aarch64 registration), so the units that touch it are masked.
+        *((f"etc/systemd/system/{unit}", b"/dev/null", -1) for unit in BINFMT_UNITS),
         ("etc/systemd/system/ssh.service.d", None, 0o755),
         ("etc/systemd/system/ssh.service.d/gpu-sim-fault.conf", SSH_FAULT_DROPIN.encode(),
          0o644),
@@ -552,7 +563,40 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         ]
         out += _sysfs_tree(profile_json, faults)
         out += kernel_files(parse_faults(faults), kernel)
+        if "imex_nodes" in profile_json:
+            out += imex_files(profile_json["imex_nodes"])
     return out
+
+
+IMEX_UNIT = "nvidia-imex.service"
+IMEX_UNIT_TEXT = """[Unit]
+Description=NVIDIA IMEX service (SIMULATED)
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/nvidia-imex
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def imex_files(addresses: Iterable[str]) -> list[tuple[str, bytes | None, int]]:
+    """IMEX as a site's image of a multi-node NVLink node has it (this project does not install
+    it): the daemon, nvidia-imex-ctl, the domain's node list and the service, enabled. The
+    IMEX channel is made at boot with the other device nodes (_devices_script)."""
+    nodes = "".join(f"{address}\n" for address in addresses)
+    return [
+        ("usr/bin/nvidia-imex", tool_script("imex", role="daemon"), 0o755),
+        ("usr/bin/nvidia-imex-ctl", tool_script("imex", role="ctl"), 0o755),
+        ("etc/nvidia-imex", None, 0o755),
+        ("etc/nvidia-imex/nodes_config.cfg", nodes.encode(), 0o644),
+        (f"lib/systemd/system/{IMEX_UNIT}", IMEX_UNIT_TEXT.encode(), 0o644),
+        ("etc/systemd/system/multi-user.target.wants", None, 0o755),
+        (f"etc/systemd/system/multi-user.target.wants/{IMEX_UNIT}",
+         f"/lib/systemd/system/{IMEX_UNIT}".encode(), -1),
+    ]
 
 
 # Where a simulated node keeps what a container cannot show at the kernel's own paths; the
@@ -694,6 +738,8 @@ WantedBy=sysinit.target
 # dynamic major on real systems, this one stands in for it.
 NVIDIA_MAJOR = 195
 NVSWITCH_MAJOR = 509
+# The major of nvidia-caps-imex-channels in the IMEX guide's /proc/devices example.
+IMEX_CHANNEL_MAJOR = 234
 
 
 def _devices_script(profile: Mapping[str, Any]) -> str:
@@ -704,6 +750,11 @@ def _devices_script(profile: Mapping[str, Any]) -> str:
         nodes.append(("nvidia-nvswitchctl", NVSWITCH_MAJOR, 0))
     lines = ["#!/bin/sh", "# SIMULATED node (gpu-cluster-provisioner): the device nodes the "
              "NVIDIA driver creates.", "set -e"]
+    if profile.get("multi_node_nvlink"):
+        # IMEX channel 0, as a site creates it at every boot (channels are not created by
+        # default nor kept over a reboot: NVIDIA's IMEX guide).
+        lines.append("mkdir -p /dev/nvidia-caps-imex-channels")
+        nodes.append(("nvidia-caps-imex-channels/channel0", IMEX_CHANNEL_MAJOR, 0))
     lines += [f"[ -e /dev/{name} ] || mknod -m 0666 /dev/{name} c {major} {minor}"
               for name, major, minor in nodes]
     return "\n".join(lines) + "\n"

@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 
 # Modules that build clusters of another shape (other OS, other node count): they run after
 # every module of the shared cluster, which they replace.
-OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py")
+OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py",
+                       "test_multi_node_nvlink_e2e.py")
 
 
 # The extended tier (`make e2e-extended`, not part of `make test`): `make test` must finish
@@ -65,6 +66,9 @@ EXTENDED = (
     # 3-5 (estimated, not yet measured): two certify runs at --level burn-in (the pairs, then
     # the burn-in of both GPU nodes) and two fault changes
     "test_certify_burnin_e2e.py",
+    # 5-8 (estimated before its first run): a GB200-style cluster of its own, one `up` and
+    # three validate runs
+    "test_multi_node_nvlink_e2e.py",
 )
 
 

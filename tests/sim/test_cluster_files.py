@@ -92,6 +92,31 @@ def test_gpu_node_creates_the_driver_device_nodes_at_boot() -> None:
     assert "usr/local/sbin/gpu-sim-devices" not in files("cpu_nodes", [])
 
 
+def test_no_node_touches_the_machines_binfmt_table() -> None:
+    """systemd-binfmt clears the kernel's binfmt_misc table, the machine's, at start and stop:
+    every node masks it and the table's mount units."""
+    for group in ("gpu_nodes", "cpu_nodes"):
+        node = files(group, [])
+        for unit in ("systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
+                     "proc-sys-fs-binfmt_misc.mount"):
+            assert node[f"etc/systemd/system/{unit}"] == (b"/dev/null", -1), (group, unit)
+
+
+def test_a_multi_node_nvlink_node_gets_imex_and_its_channel() -> None:
+    gb200 = dict(load_profiles()["sim-gb200-4gpu"].sim_json(), hostname="n1",
+                 imex_nodes=["10.0.0.1", "10.0.0.2"])
+    node = {path: (data, mode) for path, data, mode in
+            sim_files("gpu_nodes", gb200, [], "6.1.0-test")}
+    assert node["etc/nvidia-imex/nodes_config.cfg"] == (b"10.0.0.1\n10.0.0.2\n", 0o644)
+    assert node["usr/bin/nvidia-imex-ctl"][1] == 0o755
+    wants = "etc/systemd/system/multi-user.target.wants/nvidia-imex.service"
+    assert node[wants] == (b"/lib/systemd/system/nvidia-imex.service", -1)
+    script = (node["usr/local/sbin/gpu-sim-devices"][0] or b"").decode()
+    assert "/dev/nvidia-caps-imex-channels/channel0 c 234 0" in script
+    # Not on other profiles.
+    assert "etc/nvidia-imex/nodes_config.cfg" not in files("gpu_nodes", [])
+
+
 def test_inventory_points_role_paths_at_the_nodes_stand_ins() -> None:
     gpu = files("gpu_nodes", [])
     extra = sim_inventory_vars()

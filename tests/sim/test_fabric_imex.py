@@ -148,3 +148,48 @@ def test_the_nodes_config_skips_comments_and_blanks() -> None:
         "10.0.0.1", "10.0.0.2"]
     with pytest.raises(ValueError):
         parse_imex_domain('{"status": "UP"}')
+
+
+def test_the_simulated_imex_domain_reports_real_connections(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two daemons on two loopback addresses of a free port: both up, the domain is UP; one
+    address without a daemon makes it DOWN, that node UNAVAILABLE and the links to it INVALID,
+    as validate then reads them."""
+    import socket
+    import threading
+
+    from provisioner.sim.tools import imex
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(imex, "PORT", port)
+    monkeypatch.setattr(imex, "TIMEOUT", 0.5)
+    monkeypatch.setenv("GPU_SIM_ROOT", str(tmp_path))
+    config = tmp_path / imex.NODES_CONFIG.lstrip("/")
+    config.parent.mkdir(parents=True)
+    servers = []
+    for address in ("127.0.0.1", "127.0.0.2"):
+        server = imex._Server((address, port), imex._Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    try:
+        config.write_text("127.0.0.1\n127.0.0.2\n")
+        up = parse_imex_domain(json.dumps(imex.domain_status()))
+        assert up["status"] == "UP"
+        assert [(n["host"], n["status"], n["connections"]) for n in up["nodes"]] == [
+            ("127.0.0.1", "READY", {"1": "CONNECTED"}), ("127.0.0.2", "READY", {"0": "CONNECTED"})]
+        servers.pop().shutdown()
+        down = parse_imex_domain(json.dumps(imex.domain_status()))
+        checks = by_name(imex_checks(imex_facts(down), EXPECTED))
+        assert checks["imex_domain"]["status"] == "fail"
+        assert checks["imex_domain"]["detail"] == (
+            "domain DOWN; 127.0.0.1 to 127.0.0.2 INVALID; node 127.0.0.2 UNAVAILABLE; "
+            "127.0.0.2 to 127.0.0.1 INVALID")
+    finally:
+        for server in servers:
+            server.shutdown()
+
+
+def imex_facts(parsed: dict[str, Any]) -> dict[str, Any]:
+    return imex(domain=parsed)

@@ -35,7 +35,11 @@ def test_trays_are_grouped_by_their_domain(tmp_path: Path) -> None:
     assert plan.hosts["t2"].expected()["nvlink_domain_hosts"] == ["t2"]
     h100 = plan.hosts["h1"].expected()
     assert h100["multi_node_nvlink"] is False and "nvlink_domain" not in h100
-    assert plan.notes == []
+    assert plan.notes == [
+        "3 multi-node NVLink host(s) in 2 NVLink domain(s): validate judges each GPU's NVLink "
+        "fabric registration and the domain's IMEX service; IMEX itself is not installed by "
+        "this tool (install nvidia-imex matching the driver, list the domain's addresses in "
+        "/etc/nvidia-imex/nodes_config.cfg, create IMEX channel 0 at every boot)"]
 
 
 def test_trays_naming_no_domain_form_one_and_the_plan_says_so(tmp_path: Path) -> None:

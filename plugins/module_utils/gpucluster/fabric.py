@@ -43,8 +43,9 @@ def _gpu_fabric(gpu):
     if (state, status) != FABRIC_DONE:
         return check(name, FAIL, measured, want,
                      "GPU%s: NVLink fabric registration %s (status %s): the GPU is not in the "
-                     "NVLink domain; check the fabric manager, the NVLink switch trays and the "
-                     "GPU's cables" % (idx, state or "not reported", status or "N/A")), None
+                     "NVLink domain; check the fabric manager (on NVLink switch trays, NMX-C) "
+                     "and the GPU's NVLink cabling" % (idx, state or "not reported",
+                                                       status or "N/A")), None
     health = fabric.get("health") or {}
     sick = ["%s %s" % (key, health[key]) for key in sorted(health)
             if key in HEALTHY and health[key] is not None and health[key] != HEALTHY[key]]
