@@ -89,7 +89,7 @@ molecule: deps
 	  $(PY) -m provisioner.sim.molecule_prep --cleanup; exit $$status
 
 # Mutation testing of the controller's judging code (pyproject [tool.mutmut]); not part of
-# `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smokerun*'. Prints the kill
+# `make test`: slow. MUTANTS narrows it, e.g. MUTANTS='provisioner.smoke_launch*'. Prints the kill
 # rate and lists the survivors (`mutmut show NAME` shows one).
 MUTANTS ?=
 mutation: deps

@@ -547,7 +547,7 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
     """The smoke job phase: gather the GPU nodes' platforms afresh (facts.yml), build and serve
     the wheelhouse for them, run smoke.yml, judge every pass."""
     from provisioner.paths import cache_dir
-    from provisioner.smokerun import (
+    from provisioner.smoke_launch import (
         builds_wheelhouse,
         extravars,
         fold_results,
@@ -590,7 +590,7 @@ def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
     that publish none) and the smoke job's limit. A node the play cannot reach or fails on is
     lost, as in the other phases, and left out of the job; None when no node is left or the
     play itself failed."""
-    from provisioner.smokerun import platforms_of
+    from provisioner.smoke_launch import platforms_of
 
     name, playbook = FACTS_PHASE
     with display(f"{name} ({playbook})") as progress:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from provisioner import plan as plan_mod
-from provisioner.smokerun import SIM_TIMEOUT_S
+from provisioner.smoke_launch import SIM_TIMEOUT_S
 from tests.e2e.conftest import (
     SIM_NODES,
     FirstUp,

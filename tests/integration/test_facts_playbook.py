@@ -1,6 +1,6 @@
 """playbooks/facts.yml through the real runner on localhost: its small gather_subset yields the
 Python and machine the wheelhouse is built for, published (node_platform_report) on gpu_nodes
-only, and smokerun turns them into the node's platform."""
+only, and smoke_launch turns them into the node's platform."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from provisioner import runner, smokerun
+from provisioner import runner, smoke_launch
 from provisioner.wheelhouse import controller_platform
 
 
@@ -23,11 +23,11 @@ def test_facts_playbook_publishes_each_gpu_node_platform(tmp_path: Path) -> None
 
     assert result.ok, result.failures
     assert set(result.stats) == {"node-a"}  # GPU nodes only
-    published = result.reports["node-a"][smokerun.PLATFORM_SECTION]
+    published = result.reports["node-a"][smoke_launch.PLATFORM_SECTION]
     assert set(published) == {"python", "architecture"}
     assert published["python"]["executable"] == sys.executable
     # The controller's interpreter answered for node-a: the controller's platform.
-    assert smokerun.platforms_of(result.reports, ["node-a"]) == ([controller_platform()], [])
+    assert smoke_launch.platforms_of(result.reports, ["node-a"]) == ([controller_platform()], [])
 
 
 def test_the_play_gathers_only_the_python_and_platform_subsets() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from provisioner.profiles import load_profiles
-from provisioner.smokerun import judge_nccl_tests
+from provisioner.smoke_launch import judge_nccl_tests
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "ansible-playbook"
@@ -108,7 +108,7 @@ def test_build_skipped_with_the_reason_when_nvcc_cannot_compile(tmp_path: Path) 
 
 
 def judge_nccl_tests_entry(results: dict[str, Any]) -> dict[str, Any]:
-    from provisioner.smokerun import _nccl_tests_run
+    from provisioner.smoke_launch import _nccl_tests_run
 
     return _nccl_tests_run("gpu-a", results["nccl_tests"], load_profiles()["hgx-a100-8gpu"])
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.smoke import SmokeResult, judge
+from provisioner.smoke_judge import SmokeResult, judge
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent / "ansible-playbook"

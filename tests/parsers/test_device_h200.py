@@ -18,7 +18,7 @@ from gpucluster.topo import parse_topo_matrix
 from gpucluster.validate import evaluate
 
 from provisioner.profiles import load_profiles
-from provisioner.smoke import ONE_RANK_SKIP_REASON, judge, load_smoke_result
+from provisioner.smoke_judge import ONE_RANK_SKIP_REASON, judge, load_smoke_result
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "tests" / "fixtures" / "device-h200"

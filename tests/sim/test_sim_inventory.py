@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import smokerun
+from provisioner import smoke_launch
 from provisioner.plan import build
 from provisioner.sim.cluster import SimCluster, SimSpec, _write_inventory, mirror_dir
 from provisioner.sim.packages import Mirror
@@ -26,8 +26,8 @@ def test_sim_inventory_names_the_mirror_directory_for_the_wheelhouse(
     plan = build(cluster.inventory_dir / "hosts.yml")
     assert plan.simulated
     filled: list[Path] = []
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
-    with smokerun.wheelhouse_url(plan, tmp_path / "unused") as url:
+    monkeypatch.setattr(smoke_launch, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
+    with smoke_launch.wheelhouse_url(plan, tmp_path / "unused") as url:
         assert url == "http://gpuc-sim-mirror:8080/wheels/"
     assert filled == [mirror_dir() / "wheels"]
     assert mirror_dir().is_relative_to(tmp_path / "cache")

@@ -11,7 +11,7 @@ import pytest
 from provisioner import busbw
 from provisioner.inspect import check_against_profile, inspect_file
 from provisioner.profiles import load_profiles
-from provisioner.smokerun import judge_nccl_tests
+from provisioner.smoke_launch import judge_nccl_tests
 
 JOB = Path(__file__).resolve().parents[2] / "roles/smoke_job/files/gpuc_smoke.py"
 GIB = 1 << 30

@@ -16,7 +16,7 @@ import pytest
 from provisioner import wheelhouse
 from provisioner.busbw import GLOO_SKIP_REASON
 from provisioner.errors import EnvironmentProblem, InputError
-from provisioner.smoke import SIMULATED_SKIP_REASON, judge, load_smoke_result
+from provisioner.smoke_judge import SIMULATED_SKIP_REASON, judge, load_smoke_result
 from provisioner.wheelhouse import ensure_wheelhouse
 from provisioner.wheellock import LockedWheel
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.smoke import judge, load_smoke_result
+from provisioner.smoke_judge import judge, load_smoke_result
 
 JOB = Path(__file__).resolve().parents[2] / "roles" / "smoke_job" / "files" / "gpuc_smoke.py"
 NPROC = 2

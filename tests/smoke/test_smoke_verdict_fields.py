@@ -13,7 +13,7 @@ import pytest
 
 from provisioner.busbw import GLOO_SKIP_REASON
 from provisioner.errors import InputError
-from provisioner.smoke import (
+from provisioner.smoke_judge import (
     NO_FLOOR_REASON,
     SIMULATED_SKIP_REASON,
     FloorCheck,

@@ -15,7 +15,7 @@ from provisioner import plan as plan_mod
 from provisioner import render
 from provisioner.judge import first_three, stack_checks, upstream
 from provisioner.report import Report
-from provisioner.smokerun import fold_results
+from provisioner.smoke_launch import fold_results
 
 
 @pytest.fixture

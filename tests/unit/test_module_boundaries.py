@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provisioner import smokerun
+from provisioner import smoke_launch
 from provisioner.plan import build
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,9 +86,9 @@ def _plan(tmp_path: Path, extra: dict[str, Any]) -> Any:
 def test_wheelhouse_goes_into_a_mirror_directory_on_the_controller(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     filled: list[Path] = []
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
+    monkeypatch.setattr(smoke_launch, "ensure_wheelhouse", lambda dest, **_: filled.append(dest) or dest)
     plan = _plan(tmp_path, {"gpu_package_source_dir": str(tmp_path / "mirror")})
-    with smokerun.wheelhouse_url(plan, tmp_path / "cache") as url:
+    with smoke_launch.wheelhouse_url(plan, tmp_path / "cache") as url:
         assert url == "http://mirror:8080/wheels/"
     assert filled == [tmp_path / "mirror" / "wheels"]
 
@@ -103,12 +103,12 @@ def test_wheelhouse_served_by_the_controller_without_a_mirror_directory(
         filled.append(dest)
         return dest
 
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", fill)
+    monkeypatch.setattr(smoke_launch, "ensure_wheelhouse", fill)
     towards: list[str] = []
-    monkeypatch.setattr(smokerun, "_local_address_towards",
+    monkeypatch.setattr(smoke_launch, "_local_address_towards",
                         lambda host: towards.append(host) or "127.0.0.1")
     plan = _plan(tmp_path, {})
-    with smokerun.wheelhouse_url(plan, tmp_path / "cache") as url:
+    with smoke_launch.wheelhouse_url(plan, tmp_path / "cache") as url:
         import urllib.request
 
         # Served on the address the nodes route to (here loopback), not on every interface.

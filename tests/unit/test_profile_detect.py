@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from provisioner import plan as plan_mod
-from provisioner import smokerun
+from provisioner import smoke_launch
 from provisioner.detect import (
     DETECTED_FIELDS,
     FLOOR_FIELDS,
@@ -37,7 +37,7 @@ from provisioner.report import Check, Report
 from provisioner.sim.bundle import tool_script
 from provisioner.sim.sysfs import MARKER_NAME, write_ib_sysfs
 from tests.conftest import CAPTURES
-from tests.smoke.test_smokerun_entries import GIB, HEADER, RESULT, row
+from tests.smoke.test_smoke_launch_entries import GIB, HEADER, RESULT, row
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -546,16 +546,16 @@ def test_inspect_of_a_saved_log_against_a_floorless_profile_fails_nothing() -> N
 def test_smoke_reports_busbw_unjudged_without_a_floor(tmp_path: Path) -> None:
     reason = ("profile no-floors has no busbw_floor_intra_gbps, so busbw is reported, "
               "not judged")
-    run = smokerun._nccl_tests_run("gpu-a", {"rc": 0, "output": HEADER + row(GIB, 50.0)},
+    run = smoke_launch._nccl_tests_run("gpu-a", {"rc": 0, "output": HEADER + row(GIB, 50.0)},
                                    floorless())
     assert run["verdict"] == {
         "passed": True, "best_busbw_gbps": 50.0, "floor_gbps": None, "floor_skipped": reason,
         "summary": f"PASS: nccl-tests all_reduce_perf: busbw 50.00 GB/s at 1 GiB, {reason}"}
     # a failing run still fails: no floor takes nothing else away
-    bad = smokerun._nccl_tests_run("gpu-a", {"rc": 3, "output": HEADER + row(GIB, 50.0)},
+    bad = smoke_launch._nccl_tests_run("gpu-a", {"rc": 3, "output": HEADER + row(GIB, 50.0)},
                                    floorless())
     assert bad["verdict"]["passed"] is False
-    intra = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, None, False,
+    intra = smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, None, False,
                                  tmp_path, [], reason)
     assert intra["verdict"] == {
         "passed": True, "best_busbw_gbps": 466.666666, "floor_gbps": None,
@@ -576,7 +576,7 @@ def test_the_smoke_phase_report_of_a_floorless_host(tmp_path: Path) -> None:
         "nccl_tests": {"rc": 0, "output": HEADER + row(GIB, 50.0)},
         "inter": {"rc": 0, "result": {**RESULT, "label": "inter-node"}, "log": []}}}}}
     report = Report("r", "smoke", "inv", simulated=False, started_at="t")
-    assert smokerun.fold_results(cluster, report, tmp_path, reports, []) is True
+    assert smoke_launch.fold_results(cluster, report, tmp_path, reports, []) is True
     no = "so busbw is reported, not judged"
     assert report.checks == [
         Check("gpu-a", "smoke", "intra_node", "pass", 466.667, None,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provisioner import bringup, smokerun
+from provisioner import bringup, smoke_launch
 from provisioner.plan import ClusterPlan, build
 from provisioner.report import Report
 from provisioner.results import HostStats, PlaybookResult, TaskFailure
@@ -73,7 +73,7 @@ def _targets(limit: str | None) -> list[str]:
 @pytest.fixture
 def plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ClusterPlan:
     monkeypatch.setattr(bringup, "secure_run_dir", lambda *_a: None)
-    monkeypatch.setattr(smokerun, "controller_platform", lambda: CONTROLLER)
+    monkeypatch.setattr(smoke_launch, "controller_platform", lambda: CONTROLLER)
     return build(sim_inventory(tmp_path, monkeypatch) / "hosts.yml")
 
 
@@ -81,7 +81,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, answers: dict[str, tuple[str, str]],
          unreachable: tuple[str, ...] = ()) -> Playbooks:
     playbooks = Playbooks(answers, unreachable)
     monkeypatch.setattr(bringup, "run_playbook", playbooks)
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", playbooks.wheelhouse)
+    monkeypatch.setattr(smoke_launch, "ensure_wheelhouse", playbooks.wheelhouse)
     return playbooks
 
 
@@ -137,8 +137,8 @@ def test_a_node_without_a_usable_platform_gets_the_controllers_and_a_note(
 
 def test_platforms_of_names_at_most_ten_nodes_in_its_note() -> None:
     hosts = [f"gpu-{i:02d}" for i in range(12)]
-    platforms, [note] = smokerun.platforms_of({}, hosts)
-    assert platforms == [smokerun.controller_platform()]
+    platforms, [note] = smoke_launch.platforms_of({}, hosts)
+    assert platforms == [smoke_launch.controller_platform()]
     assert "gpu-09 and 2 more:" in note and "gpu-10" not in note
 
 

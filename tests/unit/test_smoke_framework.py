@@ -14,11 +14,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from provisioner import cli, render, smokerun, wheelhouse
+from provisioner import cli, render, smoke_launch, wheelhouse
 from provisioner.errors import InputError
 from provisioner.plan import ClusterPlan, build
 from provisioner.report import Report
-from provisioner.smoke import SmokeResult, judge
+from provisioner.smoke_judge import SmokeResult, judge
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "smoke_job"
 
@@ -104,20 +104,20 @@ def test_each_framework_has_its_own_wheelhouse_directory(
                                    if r.split("==")[0].split("[")[0] in names)))
         return dest
 
-    monkeypatch.setattr(smokerun, "ensure_wheelhouse", fill)
+    monkeypatch.setattr(smoke_launch, "ensure_wheelhouse", fill)
     cp = plan(tmp_path, simulated, {"gpu_package_source_dir": str(tmp_path / "mirror")})
-    with smokerun.wheelhouse_url(cp, tmp_path / "cache", framework=framework) as url:
+    with smoke_launch.wheelhouse_url(cp, tmp_path / "cache", framework=framework) as url:
         assert url == "http://mirror:8080/wheels/" + (f"{subdir}/" if subdir else "")
     assert filled == [(tmp_path / "mirror" / "wheels" / subdir, requirements)]
 
 
 def test_a_run_tells_the_role_which_framework_and_build(tmp_path: Path) -> None:
-    sim = smokerun.extravars(plan(tmp_path, True), "run1", tmp_path, "http://w/",
+    sim = smoke_launch.extravars(plan(tmp_path, True), "run1", tmp_path, "http://w/",
                              launcher="slurm", framework="tensorflow")
     assert sim["smoke_job_framework"] == "tensorflow"
     assert sim["smoke_job_launcher"] == "slurm"
     assert sim["smoke_job_tensorflow_requirements"] == ["tensorflow-cpu==2.21.0"]
-    real = smokerun.extravars(plan(tmp_path, False), "run1", tmp_path, "http://w/")
+    real = smoke_launch.extravars(plan(tmp_path, False), "run1", tmp_path, "http://w/")
     assert real["smoke_job_framework"] == "pytorch"
     assert real["smoke_job_tensorflow_requirements"] == ["tensorflow[and-cuda]==2.21.0"]
 
@@ -151,7 +151,7 @@ def test_the_report_names_the_framework_and_the_console_shows_it(tmp_path: Path)
         "inter": {"rc": 0, "result": tf_result(), "log": []}}}},
                "gpu-02": {"smoke_job": {"framework": "tensorflow", "node_rank": 1, "passes": {
                    "inter": {"rc": 0, "result": None, "log": []}}}}}
-    assert smokerun.fold_results(cp, rep, tmp_path, reports, [], launcher="slurm",
+    assert smoke_launch.fold_results(cp, rep, tmp_path, reports, [], launcher="slurm",
                                  framework="tensorflow")
     assert rep.smoke is not None
     assert rep.smoke["framework"] == "tensorflow" and rep.smoke["launcher"] == "slurm"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner import smokerun, wheelhouse
+from provisioner import smoke_launch, wheelhouse
 from provisioner.errors import EnvironmentProblem
 from provisioner.wheelhouse import (
     NodePlatform,
@@ -160,9 +160,9 @@ def test_platform_from_facts() -> None:
 
 
 def test_controller_address_towards_a_node() -> None:
-    assert smokerun._local_address_towards("127.0.0.1") == "127.0.0.1"
+    assert smoke_launch._local_address_towards("127.0.0.1") == "127.0.0.1"
     with pytest.raises(EnvironmentProblem, match=r"address towards node no-such-node\.invalid"):
-        smokerun._local_address_towards("no-such-node.invalid")
+        smoke_launch._local_address_towards("no-such-node.invalid")
 
 
 def test_pip_installs_from_the_hashed_requirements_and_refuses_a_changed_wheel(

@@ -1,4 +1,4 @@
-"""What smokerun puts in the report, field by field: each run entry (intra-node, inter-node,
+"""What smoke_launch puts in the report, field by field: each run entry (intra-node, inter-node,
 nccl-tests), each check, each note, the logs it writes, and the variables it hands the
 smoke_job role. Written against the mutants `make mutation` found every test survived
 (assertions on substrings of a summary left the other fields free)."""
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from provisioner import plan as plan_mod
-from provisioner import smokerun
+from provisioner import smoke_launch
 from provisioner.busbw import CPU_SIZES, GLOO_SKIP_REASON, GPU_SIZES
 from provisioner.errors import EnvironmentProblem
 from provisioner.report import Check, Report
@@ -39,7 +39,7 @@ def sim_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> plan_mod.Cluste
 
 def test_extravars_of_a_real_cluster(real_plan: plan_mod.ClusterPlan, tmp_path: Path) -> None:
     locked = {"cp312-x86_64": "torch==2.13.0 --hash=sha256:" + "a" * 64 + "\n"}
-    assert smokerun.extravars(real_plan, "run-1", tmp_path, "http://10.0.0.1:8000/",
+    assert smoke_launch.extravars(real_plan, "run-1", tmp_path, "http://10.0.0.1:8000/",
                               locked=locked) == {
         "smoke_job_wheelhouse_url": "http://10.0.0.1:8000/",
         "smoke_job_locked_requirements": locked,
@@ -60,7 +60,7 @@ def test_the_locked_hashes_are_the_reviewed_locks_for_each_platform(
     from provisioner.wheelhouse import NodePlatform
     from provisioner.wheellock import load_lock, requirements_text
 
-    got = smokerun.locked_requirements(sim_plan, [NodePlatform("3.11", "x86_64")], "pytorch")
+    got = smoke_launch.locked_requirements(sim_plan, [NodePlatform("3.11", "x86_64")], "pytorch")
     assert got == {"cp311-x86_64": requirements_text(load_lock()["pytorch-sim"]["cp311-x86_64"])}
     assert "torch==2.13.0+cpu --hash=sha256:" in got["cp311-x86_64"]
 
@@ -73,9 +73,9 @@ def test_a_site_lock_adds_platforms(sim_plan: plan_mod.ClusterPlan, tmp_path: Pa
     site = tmp_path / "site.lock.json"
     write_lock(site, {"pytorch-sim": {"cp399-riscv64": [
         LockedWheel("torch", "2.13.0", "torch-2.13.0-cp399-cp399-linux_riscv64.whl", "c" * 64)]}})
-    first = sim_plan.inventory.hosts[smokerun._first_gpu_host(sim_plan)]
+    first = sim_plan.inventory.hosts[smoke_launch._first_gpu_host(sim_plan)]
     monkeypatch.setitem(first.vars, "smoke_job_wheel_lock", str(site))  # type: ignore[arg-type]
-    got = smokerun.locked_requirements(sim_plan, [NodePlatform("3.99", "riscv64"),
+    got = smoke_launch.locked_requirements(sim_plan, [NodePlatform("3.99", "riscv64"),
                                                   NodePlatform("3.11", "x86_64")])
     assert sorted(got) == ["cp311-x86_64", "cp399-riscv64"]
     assert "--hash=sha256:" + "c" * 64 in got["cp399-riscv64"]
@@ -83,7 +83,7 @@ def test_a_site_lock_adds_platforms(sim_plan: plan_mod.ClusterPlan, tmp_path: Pa
 
 def test_extravars_of_the_simulated_cluster(sim_plan: plan_mod.ClusterPlan,
                                             tmp_path: Path) -> None:
-    got = smokerun.extravars(sim_plan, "run-2", tmp_path, "", launcher="slurm",
+    got = smoke_launch.extravars(sim_plan, "run-2", tmp_path, "", launcher="slurm",
                              framework="tensorflow")
     assert got == {
         "smoke_job_wheelhouse_url": "",
@@ -97,12 +97,12 @@ def test_extravars_of_the_simulated_cluster(sim_plan: plan_mod.ClusterPlan,
         "smoke_job_slurm_gpus_per_node": 8,
         "smoke_job_backend": "gloo",
         "smoke_job_sizes": CPU_SIZES,
-        "smoke_job_nproc_per_node": smokerun.SIM_NPROC_PER_NODE,
+        "smoke_job_nproc_per_node": smoke_launch.SIM_NPROC_PER_NODE,
         "smoke_job_expect_gpus_per_node": 0,
-        "smoke_job_socket_ifname": smokerun.SIM_SOCKET_IFNAME,
-        "smoke_job_timeout_s": smokerun.SIM_TIMEOUT_S,
+        "smoke_job_socket_ifname": smoke_launch.SIM_SOCKET_IFNAME,
+        "smoke_job_timeout_s": smoke_launch.SIM_TIMEOUT_S,
     }
-    assert (smokerun.SIM_NPROC_PER_NODE, smokerun.SIM_SOCKET_IFNAME, smokerun.SIM_TIMEOUT_S) == (
+    assert (smoke_launch.SIM_NPROC_PER_NODE, smoke_launch.SIM_SOCKET_IFNAME, smoke_launch.SIM_TIMEOUT_S) == (
         2, "eth0", 90)
 
 
@@ -127,7 +127,7 @@ GIB = 1 << 30
 
 def test_nccl_tests_above_the_floor_is_this_entry() -> None:
     out = HEADER + RANK + row(GIB // 2, 300.0) + row(GIB, 470.0, busbw_in=472.0)
-    assert smokerun.judge_nccl_tests("nccl-tests gpu-a", "gpu-a", out, 0, 460.0) == {
+    assert smoke_launch.judge_nccl_tests("nccl-tests gpu-a", "gpu-a", out, 0, 460.0) == {
         "label": "nccl-tests gpu-a", "host": "gpu-a", "backend": "nccl",
         "world_size": 1, "nnodes": 1,
         "allreduce": [
@@ -161,14 +161,14 @@ def test_nccl_tests_above_the_floor_is_this_entry() -> None:
 ], ids=["below-floor", "exit-code", "wrong-rows", "no-1GiB", "no-floor", "out-of-bounds"])
 def test_each_nccl_tests_problem_is_named(output: str, rc: int, floor: float | None,
                                           summary: str) -> None:
-    run = smokerun.judge_nccl_tests("L", "gpu-a", output, rc, floor)
+    run = smoke_launch.judge_nccl_tests("L", "gpu-a", output, rc, floor)
     assert run["verdict"]["summary"] == summary
     assert run["verdict"]["passed"] is summary.startswith("PASS")
     assert run["verdict"]["floor_gbps"] == floor
 
 
 def test_nccl_tests_output_that_does_not_parse_is_a_failed_entry() -> None:
-    run = smokerun.judge_nccl_tests("L", "gpu-a", "", 127, 460.0)
+    run = smoke_launch.judge_nccl_tests("L", "gpu-a", "", 127, 460.0)
     assert run == {"label": "L", "host": "gpu-a", "backend": "nccl", "allreduce": [],
                    "verdict": {"passed": False, "best_busbw_gbps": None, "floor_gbps": 460.0,
                                "floor_skipped": None,
@@ -177,7 +177,7 @@ def test_nccl_tests_output_that_does_not_parse_is_a_failed_entry() -> None:
 
 
 def test_a_node_that_skipped_nccl_tests_says_why() -> None:
-    run = smokerun._nccl_tests_run("gpu-a", {"skipped": "nvcc cannot compile"}, None)
+    run = smoke_launch._nccl_tests_run("gpu-a", {"skipped": "nvcc cannot compile"}, None)
     assert run == {"label": "nccl-tests gpu-a", "host": "gpu-a", "backend": "nccl",
                    "allreduce": [],
                    "verdict": {"passed": True, "best_busbw_gbps": None, "floor_gbps": None,
@@ -186,11 +186,11 @@ def test_a_node_that_skipped_nccl_tests_says_why() -> None:
 
 
 def test_nccl_tests_of_a_host_without_a_profile_are_judged_without_a_floor() -> None:
-    run = smokerun._nccl_tests_run("gpu-x", {"rc": 0, "output": HEADER + row(GIB, 50.0)}, None)
+    run = smoke_launch._nccl_tests_run("gpu-x", {"rc": 0, "output": HEADER + row(GIB, 50.0)}, None)
     assert run["host"] == "gpu-x" and run["label"] == "nccl-tests gpu-x"
     assert run["verdict"]["floor_gbps"] is None and run["verdict"]["passed"] is True
-    empty = smokerun._nccl_tests_run("gpu-x", {"rc": 0}, None)
-    assert empty["verdict"]["summary"] == smokerun.judge_nccl_tests(
+    empty = smoke_launch._nccl_tests_run("gpu-x", {"rc": 0}, None)
+    assert empty["verdict"]["summary"] == smoke_launch.judge_nccl_tests(
         "nccl-tests gpu-x", "gpu-x", "", 0, None)["verdict"]["summary"]
 
 
@@ -210,7 +210,7 @@ RESULT: dict[str, Any] = {
 
 
 def test_a_passing_intra_pass_is_this_entry(tmp_path: Path) -> None:
-    run = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, 460.0, False,
+    run = smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, 460.0, False,
                                tmp_path, [])
     assert json.loads((tmp_path / "gpu-a-intra.json").read_text()) == RESULT
     assert run["label"] == "intra-node gpu-a" and run["host"] == "gpu-a"
@@ -233,7 +233,7 @@ def test_a_passing_intra_pass_is_this_entry(tmp_path: Path) -> None:
 def test_a_gloo_pass_says_why_its_floor_is_skipped(tmp_path: Path, simulated: bool,
                                                     reason: str) -> None:
     gloo = {**RESULT, "backend": "gloo"}
-    run = smokerun._judge_pass("gpu-a", "inter", {"rc": 0, "result": gloo}, 320.0, simulated,
+    run = smoke_launch._judge_pass("gpu-a", "inter", {"rc": 0, "result": gloo}, 320.0, simulated,
                                tmp_path, [])
     assert run["label"] == "inter-node" and run["backend"] == "gloo"
     assert run["verdict"] == {
@@ -245,7 +245,7 @@ def test_a_gloo_pass_says_why_its_floor_is_skipped(tmp_path: Path, simulated: bo
 
 def test_a_failing_pass_lists_its_failures(tmp_path: Path) -> None:
     slow = {**RESULT, "allreduce": [{**RESULT["allreduce"][1], "busbw_gbps": 100.0}]}
-    run = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": slow}, 460.0, False,
+    run = smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": slow}, 460.0, False,
                                tmp_path, [])
     assert run["verdict"]["passed"] is False
     assert run["verdict"]["summary"].startswith("FAIL: [intra-node] ")
@@ -261,13 +261,13 @@ def test_a_failing_pass_lists_its_failures(tmp_path: Path) -> None:
 ])
 def test_a_pass_without_a_result_says_what_the_log_ended_with(
         tmp_path: Path, result: dict[str, Any], unreachable: list[str], summary: str) -> None:
-    run = smokerun._judge_pass("gpu-a", "intra", result, 460.0, False, tmp_path, unreachable)
+    run = smoke_launch._judge_pass("gpu-a", "intra", result, 460.0, False, tmp_path, unreachable)
     assert run == {"label": "intra-node gpu-a", "host": "gpu-a", "allreduce": [],
                    "verdict": {"passed": False, "best_busbw_gbps": None, "summary": summary}}
 
 
 def test_a_result_that_is_no_smoke_report_is_a_failed_entry(tmp_path: Path) -> None:
-    run = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": {"schema": 99}}, 460.0,
+    run = smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": {"schema": 99}}, 460.0,
                                False, tmp_path, [])
     assert run["label"] == "intra-node gpu-a" and run["host"] == "gpu-a"
     assert run["allreduce"] == [] and run["verdict"]["passed"] is False
@@ -296,7 +296,7 @@ def test_fold_results_puts_every_pass_in_the_report(real_plan: plan_mod.ClusterP
             "inter": {"rc": 0, "result": None, "log": ["inter b"]}}}},
     }
     report = Report("r", "smoke", "inv", simulated=False, started_at="t")
-    assert smokerun.fold_results(real_plan, report, tmp_path, reports, [], launcher="slurm",
+    assert smoke_launch.fold_results(real_plan, report, tmp_path, reports, [], launcher="slurm",
                                  framework="pytorch") is True
     smoke_dir = tmp_path / "smoke"
     assert (smoke_dir / "gpu-a-intra.log").read_text() == "line 1\nline 2\n"
@@ -331,7 +331,7 @@ def test_a_failed_nccl_tests_check_and_the_simulated_expectation(
         "intra": {"rc": 0, "result": gloo, "log": []},
         "nccl_tests": {"rc": 0, "output": HEADER + row(GIB, 10.0)}}}}}
     report = Report("r", "smoke", "inv", simulated=True, started_at="t")
-    assert smokerun.fold_results(sim_plan, report, tmp_path, reports, []) is False
+    assert smoke_launch.fold_results(sim_plan, report, tmp_path, reports, []) is False
     intra, nccl = report.checks
     assert (intra.name, intra.status, intra.expected) == ("intra_node", "pass",
                                                           "n/a (simulated)")
@@ -349,16 +349,16 @@ def test_no_results_at_all_is_a_failure_with_a_note(real_plan: plan_mod.ClusterP
                                                     tmp_path: Path, unreachable: list[str],
                                                     note: str) -> None:
     report = Report("r", "smoke", "inv", simulated=False, started_at="t")
-    assert smokerun.fold_results(real_plan, report, tmp_path, {"gpu-a": {}}, unreachable) is False
+    assert smoke_launch.fold_results(real_plan, report, tmp_path, {"gpu-a": {}}, unreachable) is False
     assert report.notes == [note]
     assert report.smoke == {"simulated": False, "launcher": "direct", "framework": "pytorch",
                             "runs": []}
 
 
 def test_measured_values_are_rounded_to_three_places() -> None:
-    assert smokerun._round(None) is None
-    assert smokerun._round(1.23456) == 1.235
-    assert smokerun._round(2.0) == 2.0
+    assert smoke_launch._round(None) is None
+    assert smoke_launch._round(1.23456) == 1.235
+    assert smoke_launch._round(2.0) == 2.0
 
 
 # --- the wheelhouse's platforms and address ----------------------------------------------------
@@ -371,7 +371,7 @@ def test_nodes_without_a_platform_are_named_up_to_ten(missing: int, named: str) 
     from provisioner.wheelhouse import controller_platform
 
     hosts = [f"n{i:02d}" for i in range(missing)]
-    platforms, notes = smokerun.platforms_of({}, hosts)
+    platforms, notes = smoke_launch.platforms_of({}, hosts)
     guess = controller_platform()
     assert platforms == [guess]
     assert notes == [
@@ -394,7 +394,7 @@ def _unresolvable(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_route_to_a_node_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     _unresolvable(monkeypatch)
     with pytest.raises(EnvironmentProblem) as err:
-        smokerun._local_address_towards("no-such-node.invalid")
+        smoke_launch._local_address_towards("no-such-node.invalid")
     assert str(err.value) == (
         "cannot find the controller's address towards node no-such-node.invalid (Name or "
         "service not known); check the node's ansible_host resolves and is routable from here")
@@ -420,7 +420,7 @@ def test_every_pass_of_a_node_is_judged_whatever_its_order(real_plan: plan_mod.C
     }
     report = Report("r", "smoke", "inv", simulated=False, started_at="t")
     out = tmp_path / "not" / "yet"
-    assert smokerun.fold_results(real_plan, report, out, reports, []) is False
+    assert smoke_launch.fold_results(real_plan, report, out, reports, []) is False
     assert [(c.host, c.name, c.status, c.expected) for c in report.checks] == [
         # busbw exactly at the floor passes (the floor is a minimum).
         ("gpu-a", "nccl_tests_busbw", "pass", 460.0),
@@ -439,7 +439,7 @@ def test_a_simulated_pass_is_judged_as_simulated(sim_plan: plan_mod.ClusterPlan,
     reports = {"sim-gpu-1": {"smoke_job": {"passes": {
         "intra": {"rc": 0, "result": {**RESULT, "backend": "gloo"}, "log": []}}}}}
     report = Report("r", "smoke", "inv", simulated=True, started_at="t")
-    assert smokerun.fold_results(sim_plan, report, tmp_path, reports, []) is True
+    assert smoke_launch.fold_results(sim_plan, report, tmp_path, reports, []) is True
     [check] = report.checks
     assert check.detail == ("PASS: correct all-reduce, DDP loss decreased, parameters "
                             "identical; floor skipped: simulated cluster: CPU gloo numbers, GPU "
@@ -447,7 +447,7 @@ def test_a_simulated_pass_is_judged_as_simulated(sim_plan: plan_mod.ClusterPlan,
 
 
 def test_the_pass_result_is_saved_as_indented_json(tmp_path: Path) -> None:
-    smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, 460.0, False,
+    smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": RESULT}, 460.0, False,
                          tmp_path, [])
     assert (tmp_path / "gpu-a-intra.json").read_text() == json.dumps(RESULT, indent=2)
 
@@ -455,7 +455,7 @@ def test_the_pass_result_is_saved_as_indented_json(tmp_path: Path) -> None:
 def test_every_failure_of_a_pass_is_in_its_summary(tmp_path: Path) -> None:
     bad = {**RESULT, "ddp": None, "allreduce": [
         {**RESULT["allreduce"][1], "busbw_gbps": 100.0, "correct": False}]}
-    run = smokerun._judge_pass("gpu-a", "intra", {"rc": 0, "result": bad}, 460.0, False,
+    run = smoke_launch._judge_pass("gpu-a", "intra", {"rc": 0, "result": bad}, 460.0, False,
                                tmp_path, [])
     assert run["ddp"] is None
     failures = run["verdict"]["summary"].removeprefix("FAIL: ").split("; ")

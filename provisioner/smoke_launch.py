@@ -1,5 +1,6 @@
-"""Driving the distributed smoke job: wheelhouse, variables for the smoke_job role, and turning
-the per-node results into report sections judged against the profile's busbw floors."""
+"""Launching the distributed smoke job from the controller: wheelhouse, variables for the
+smoke_job role, and turning the per-node results into report sections judged against the
+profile's busbw floors."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from provisioner.busbw import CPU_SIZES, FLOOR_MIN_BYTES, GPU_SIZES, human_size
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.plan import ClusterPlan
 from provisioner.report import Check, Report
-from provisioner.smoke import NO_FLOOR_REASON, judge, load_smoke_result, training_name
+from provisioner.smoke_judge import NO_FLOOR_REASON, judge, load_smoke_result, training_name
 from provisioner.wheelhouse import (
     NodePlatform,
     controller_platform,
