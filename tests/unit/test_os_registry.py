@@ -4,8 +4,10 @@ provisioner/data/stacks.yml) lists the supported OSes, and the roles follow it.
 - every role's ``meta/main.yml`` ``platforms`` equals the platforms derived from the registry;
 - per-OS role variables follow the linux-system-roles pattern: ``vars/<os_family>.yml`` for every
   OS family of the registry, optional ``vars/<distribution>_<major>.yml`` for a supported
-  release, loaded by ``tasks/set_vars.yml`` (a loop of optional files) before anything else, and
-  Rocky/AlmaLinux reaching a ``RedHat_<major>.yml`` through symlinks;
+  release, loaded before anything else by role_core's ``tasks/set_vars.yml`` (a loop of optional
+  files), which the role's first task imports. Rocky and AlmaLinux load ``RedHat.yml`` through
+  their OS family; a ``RedHat_<major>.yml`` would need ``Rocky_<major>.yml`` and
+  ``AlmaLinux_<major>.yml`` symlinks to it (no role has one now);
 - no inline OS ternaries or per-OS lookup tables in role tasks, defaults or vars.
 
 Only this test reads stacks.yml; no role does.
@@ -115,23 +117,46 @@ def os_vars_problems(role_dir: Path, families: set[str], releases: set[str]) -> 
     return problems
 
 
+CORE = "gpucluster.provisioner.role_core"
+CORE_SET_VARS = ROLES_DIR / "role_core" / "tasks" / "set_vars.yml"
+
+
 def loader_problems(role_dir: Path) -> list[str]:
-    main = load(role_dir / "tasks" / "main.yml") or [{}]
-    if main[0].get("ansible.builtin.import_tasks") != "set_vars.yml":
-        return ["tasks/main.yml: the first task should import set_vars.yml"]
-    tasks = load(role_dir / "tasks" / "set_vars.yml") or []
+    """The role's first task imports role_core's set_vars for this role and its facts."""
+    role = role_dir.name
+    first = (load(role_dir / "tasks" / "main.yml") or [{}])[0]
+    imported = first.get("ansible.builtin.import_role") or {}
+    if imported.get("name") != CORE or imported.get("tasks_from") != "set_vars":
+        return [f"tasks/main.yml: the first task should import_role {CORE} tasks_from: set_vars"]
+    given = first.get("vars") or {}
+    want = {"role_core_role": role,
+            "role_core_required_facts": f"{{{{ __{role}_required_facts }}}}"}
+    if given != want:
+        return [f"tasks/main.yml: the set_vars import should pass {want}, not {given}"]
+    return []
+
+
+def core_loader_problems() -> list[str]:
+    tasks = load(CORE_SET_VARS) or []
     loaders = [t for t in tasks if "ansible.builtin.include_vars" in t]
     if len(loaders) != 1:
-        return ["tasks/set_vars.yml: one include_vars task should load the OS files"]
+        return ["role_core set_vars.yml: one include_vars task should load the OS files"]
     loop = [str(item) for item in loaders[0].get("loop") or []]
     want = ["{{ ansible_facts['os_family'] }}.yml",
             "{{ ansible_facts['distribution'] }}_{{ ansible_facts['distribution_major_version'] }}.yml"]
     out = []
     if loop != want:
-        out.append(f"tasks/set_vars.yml: include_vars should loop over {want}, not {loop}")
+        out.append(f"role_core set_vars.yml: include_vars should loop over {want}, not {loop}")
     if "is file" not in str(loaders[0].get("when")):
-        out.append("tasks/set_vars.yml: a missing vars file must be skipped (`is file`)")
+        out.append("role_core set_vars.yml: a missing vars file must be skipped (`is file`)")
+    # The caller's vars/, found beside this role whichever role_path the imported tasks see.
+    if "role_core_role" not in str(loaders[0]["ansible.builtin.include_vars"]):
+        out.append("role_core set_vars.yml: include_vars should read the calling role's vars/")
     return out
+
+
+def test_the_shared_loader_reads_the_os_files_in_order() -> None:
+    assert core_loader_problems() == []
 
 
 ROLES_WITH_OS_VARS = [role for role in ROLES if os_vars_files(ROLES_DIR / role)]
@@ -155,8 +180,8 @@ def fake_role(tmp_path: Path, files: dict[str, str], links: dict[str, str]) -> P
         (role / "vars" / name).write_text(body)
     for name, target in links.items():
         (role / "vars" / name).symlink_to(target)
-    for name in ("main.yml", "set_vars.yml"):
-        (role / "tasks" / name).write_text((ROLES_DIR / "cudnn" / "tasks" / name).read_text())
+    (role / "tasks" / "main.yml").write_text(
+        (ROLES_DIR / "cudnn" / "tasks" / "main.yml").read_text().replace("cudnn", "demo"))
     return role
 
 

@@ -68,9 +68,15 @@ def cluster(tmp_path: Path) -> plan_mod.ClusterPlan:
     return plan_mod.build(inv)
 
 
+# role_core is internal: the roles that import its task files pass its parameters.
+INTERNAL_ROLES = {"role_core"}
+
+
 def required_role_variables() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for spec in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        if spec.parts[-3] in INTERNAL_ROLES:
+            continue
         options = yaml.safe_load(spec.read_text())["argument_specs"]["main"].get("options") or {}
         out[spec.parts[-3]] = {name for name, opt in options.items() if opt.get("required")}
     return out
