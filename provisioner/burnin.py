@@ -67,8 +67,9 @@ def _module_utils(name: str) -> Any:
 
 def hw_slowdown_reasons() -> tuple[str, ...]:
     """The clock event reasons that mean the hardware holds the clocks down: the node health
-    policy's (module_utils/gpucluster/health.py HW_THROTTLE_REASONS), defined once there."""
-    return tuple(_module_utils("health").HW_THROTTLE_REASONS)
+    policy's (module_utils/gpucluster/node_health_policy.py HW_THROTTLE_REASONS), defined once
+    there."""
+    return tuple(_module_utils("node_health_policy").HW_THROTTLE_REASONS)
 
 
 def playbook_timeout(seconds: int) -> int:

@@ -67,7 +67,8 @@ EXAMPLES = r"""
     dir: /usr/local/lib/gpuc-health/gpucluster
     files:
       __init__.py: ""
-      health.py: "{{ lookup('ansible.builtin.file', 'health.py', rstrip=false) }}"
+      node_health_policy.py: >-
+        {{ lookup('ansible.builtin.file', 'node_health_policy.py', rstrip=false) }}
     owner: root
     group: root
 

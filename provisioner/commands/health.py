@@ -22,14 +22,14 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from provisioner import health, render
+    from provisioner import cluster_health, render
     from provisioner import plan as plan_mod
 
     cp = plan_mod.build(args.inventory)
     if cp.simulated:
         render.simulated_banner(_chatter(args))
     with _display_factory(args)("health (health.yml)") as progress:
-        summary = health.run(cp, progress, limit=args.limit, timeout_s=args.timeout)
+        summary = cluster_health.run(cp, progress, limit=args.limit, timeout_s=args.timeout)
     if args.json:
         print(render.as_json(summary.to_dict()))
     else:
@@ -37,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
             {"node": n.host, "status": n.status_name,
              "failing": ", ".join(n.failing) or "-", "warnings": ", ".join(n.warnings) or "-",
              "detail": n.detail or "-"} for n in summary.nodes])
-        common.console.print(f"worst: {health.STATUS_NAMES[summary.worst]} "
+        common.console.print(f"worst: {cluster_health.STATUS_NAMES[summary.worst]} "
                              f"(exit {summary.worst})")
     return summary.worst

@@ -2,7 +2,7 @@
 table's columns, the Kubernetes label table, the options `up`, `smoke`, `upgrade` and `health`
 hand to the run they start, the error lines (bad input, interrupts, a bug of ours) and their
 exit codes. The run itself is replaced at its boundary (bringup.run_phases, upgrade.run,
-health.run, the simulator's cluster functions): nothing here contacts a host or starts a
+cluster_health.run, the simulator's cluster functions): nothing here contacts a host or starts a
 container."""
 
 from __future__ import annotations
@@ -459,18 +459,18 @@ def test_upgrade_passes_its_settings_to_the_batches(
 def test_health_json_is_the_summary_and_the_exit_is_the_worst_node(
         inventory: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from provisioner import health
+    from provisioner import cluster_health
 
     calls: list[dict[str, Any]] = []
-    summary = health.HealthSummary(run_id="r1", run_dir=tmp_path, simulated=False, nodes=[
-        health.NodeHealth("gpu-01", 1, warnings=("ecc",), detail="1 warning")])
+    summary = cluster_health.HealthSummary(run_id="r1", run_dir=tmp_path, simulated=False, nodes=[
+        cluster_health.NodeHealth("gpu-01", 1, warnings=("ecc",), detail="1 warning")])
 
     def run(cp: Any, progress: Any = None, limit: str | None = None,
-            timeout_s: int = 0) -> health.HealthSummary:
+            timeout_s: int = 0) -> cluster_health.HealthSummary:
         calls.append({"limit": limit, "timeout_s": timeout_s})
         return summary
 
-    monkeypatch.setattr(health, "run", run)
+    monkeypatch.setattr(cluster_health, "run", run)
     assert cli.main(["health", "-i", str(inventory), "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == summary.to_dict()
     assert calls == [{"limit": None, "timeout_s": 300}]
@@ -820,7 +820,7 @@ def test_upgrade_asks_with_the_stack_and_the_batch_size(
 
 def test_health_table_and_progress_title(inventory: Path, tmp_path: Path, tables: Tables,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from provisioner import health, progress
+    from provisioner import cluster_health, progress
 
     titles: list[str] = []
 
@@ -835,10 +835,10 @@ def test_health_table_and_progress_title(inventory: Path, tmp_path: Path, tables
             return None
 
     monkeypatch.setattr(progress, "ProgressDisplay", Display)
-    summary = health.HealthSummary(run_id="r7", run_dir=tmp_path, simulated=False, nodes=[
-        health.NodeHealth("gpu-01", 0), health.NodeHealth(
+    summary = cluster_health.HealthSummary(run_id="r7", run_dir=tmp_path, simulated=False, nodes=[
+        cluster_health.NodeHealth("gpu-01", 0), cluster_health.NodeHealth(
             "gpu-02", 2, failing=("xid", "ecc"), detail="Xid 79")])
-    monkeypatch.setattr(health, "run", lambda *_a, **_k: summary)
+    monkeypatch.setattr(cluster_health, "run", lambda *_a, **_k: summary)
     assert cli.main(["health", "-i", str(inventory)]) == 2
     assert titles == ["health (health.yml)"]
     assert tables.calls == [("node health (run r7)", [

@@ -43,7 +43,8 @@ LIB = os.environ.get("GPUC_HEALTH_LIB") or os.path.join(
     os.path.dirname(os.path.realpath(__file__)), os.pardir, "lib", "gpuc-health")
 sys.path.insert(0, os.path.abspath(LIB))
 
-from gpucluster import counters, health  # noqa: E402
+from gpucluster import counters  # noqa: E402
+from gpucluster import node_health_policy as policy  # noqa: E402
 from gpucluster.ib_sysfs import read_ib_sysfs  # noqa: E402
 from gpucluster.nvlink import parse_nvlink_status  # noqa: E402
 from gpucluster.nvsmi_xml import parse_nvidia_smi_xml  # noqa: E402
@@ -58,7 +59,7 @@ TIMED_OUT = 124  # run()'s exit status for a tool past its bound (timeout(1)'s)
 # (NVIDIA's Driver Persistence guide, Overview), which a healthy 8-GPU node can exceed; the full
 # check, with TOOL_TIMEOUT, judges a hung tool.
 QUICK_TOOL_TIMEOUT = 6
-EXIT_UNKNOWN = health.UNKNOWN
+EXIT_UNKNOWN = policy.UNKNOWN
 
 
 class Usage(argparse.ArgumentParser):
@@ -141,7 +142,7 @@ def dcgm_health() -> dict[str, Any] | None:
     if answer is None:
         return None
     rc, out, err = answer
-    found = health.parse_dcgmi_health(out)
+    found = policy.parse_dcgmi_health(out)
     if found["overall"] is None:
         return {"error": last_line(rc, out, err)}
     return found
@@ -232,8 +233,8 @@ def check_quick(opts: argparse.Namespace) -> dict[str, Any]:
                     for a in answers if a is not None and a[0] == TIMED_OUT)
     gpu = facts["gpu"]
     measured = {"driver": gpu.get("driver_version"), "driver_cuda": gpu.get("cuda_version")}
-    checks = health.judge_quick(facts, expected) if not problems else []
-    return dict(health.result(socket.gethostname(), checks, problems, stack, measured, started,
+    checks = policy.judge_quick(facts, expected) if not problems else []
+    return dict(policy.result(socket.gethostname(), checks, problems, stack, measured, started,
                               time.time(), mode="quick"))
 
 
@@ -263,7 +264,7 @@ def check_node(opts: argparse.Namespace) -> dict[str, Any]:
         xid_before = state_before
         if opts.clear_xid:  # acknowledged: everything logged so far counts as reported
             xid_before = {"boot_id": boot_id, "xid_seen": len(events), "xid_fatal": []}
-        judged, xid_state = health.xid_since_last_run(events, xid_before, boot_id)
+        judged, xid_state = policy.xid_since_last_run(events, xid_before, boot_id)
         facts["xid"] = {"events": judged}
         state.update(xid_state)
     # The error counters: judged by their rise since the baseline the state keeps (none: this
@@ -290,9 +291,9 @@ def check_node(opts: argparse.Namespace) -> dict[str, Any]:
         "cuda_toolkit": cuda_toolkit(opts.cuda_root or planned_cuda_root(stack)),
         "nccl": nccl_header(opts.nccl_header),
     }
-    checks = health.judge(facts, expected, stack) if not problems else []
+    checks = policy.judge(facts, expected, stack) if not problems else []
     host = socket.gethostname()
-    return health.result(host, checks, problems, stack, facts["measured"], started, time.time())
+    return policy.result(host, checks, problems, stack, facts["measured"], started, time.time())
 
 
 def ping_peers(opts: argparse.Namespace) -> int:
@@ -300,7 +301,7 @@ def ping_peers(opts: argparse.Namespace) -> int:
         name, _sep, address = peer.partition("=")
         address = address or name
         answer = run(["ping", "-q", "-n", "-c", "3", "-i", "0.2", "-W", "1", address])
-        return health.parse_ping_rtt(answer[1]) if answer and answer[0] == 0 else None
+        return policy.parse_ping_rtt(answer[1]) if answer and answer[0] == 0 else None
 
     if shutil.which("ping") is None:
         sys.stderr.write("gpuc-health: ping not found (install iputils-ping)\n")
@@ -308,14 +309,14 @@ def ping_peers(opts: argparse.Namespace) -> int:
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         found = list(pool.map(probe, opts.ping))
     rtts = {peer.partition("=")[0]: found[i] for i, peer in enumerate(opts.ping)}
-    text = health.render_latency_textfile(rtts)
+    text = policy.render_latency_textfile(rtts)
     if opts.textfile:
-        write_atomic(opts.textfile, health.LATENCY_TEXTFILE_NAME, text)
+        write_atomic(opts.textfile, policy.LATENCY_TEXTFILE_NAME, text)
     if opts.json:
         sys.stdout.write(json.dumps({"latency_seconds": rtts}, indent=2) + "\n")
     elif not opts.textfile:
         sys.stdout.write(text)
-    return 0 if all(r is not None for r in rtts.values()) else health.DEGRADED
+    return 0 if all(r is not None for r in rtts.values()) else policy.DEGRADED
 
 
 def main(argv: list[str]) -> int:
@@ -365,11 +366,11 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"gpuc-health: {exc}\n")
         return EXIT_UNKNOWN
     if opts.textfile:
-        write_atomic(opts.textfile, health.TEXTFILE_NAME, health.render_textfile(res))
+        write_atomic(opts.textfile, policy.TEXTFILE_NAME, policy.render_textfile(res))
     if opts.json:
         sys.stdout.write(json.dumps(res, indent=2, sort_keys=True) + "\n")
     else:
-        sys.stdout.write(health.render_text(res))
+        sys.stdout.write(policy.render_text(res))
     return int(res["status"])
 
 

@@ -1,4 +1,5 @@
-"""The node health policy (module_utils/gpucluster/health.py) on its own, and on real captures."""
+"""The node health policy (module_utils/gpucluster/node_health_policy.py) on its own, and on
+real captures."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpucluster import health
+from gpucluster import node_health_policy as policy
 from gpucluster.nvsmi_xml import parse_nvidia_smi_xml
 from gpucluster.xid import FATAL_XIDS, parse_xid
 
@@ -30,51 +31,51 @@ DCGMI_FAILED = """\
 
 
 def test_dcgmi_health_table() -> None:
-    assert health.parse_dcgmi_health(DCGMI_HEALTHY) == {"overall": "Healthy", "incidents": []}
-    found = health.parse_dcgmi_health(DCGMI_FAILED)
+    assert policy.parse_dcgmi_health(DCGMI_HEALTHY) == {"overall": "Healthy", "incidents": []}
+    found = policy.parse_dcgmi_health(DCGMI_FAILED)
     assert found["overall"] == "Failure"
     assert "Memory system: Failure - A DBE has occurred" in found["incidents"]
-    [check] = health.dcgm_health_check(found)
+    [check] = policy.dcgm_health_check(found)
     assert check["status"] == "fail" and "GPU ID: 0 Failure" in check["detail"]
-    assert health.dcgm_health_check(None)[0]["status"] == "skip"
-    assert health.dcgm_health_check({"error": "Unable to connect"})[0]["status"] == "warn"
-    assert health.parse_dcgmi_health("Error: host engine not running")["overall"] is None
+    assert policy.dcgm_health_check(None)[0]["status"] == "skip"
+    assert policy.dcgm_health_check({"error": "Unable to connect"})[0]["status"] == "warn"
+    assert policy.parse_dcgmi_health("Error: host engine not running")["overall"] is None
 
 
 def test_overall_status_is_the_worst_check() -> None:
     def c(status: str) -> dict[str, str]:
         return {"name": status, "status": status}
 
-    assert health.overall([c("pass"), c("skip")]) == health.HEALTHY
-    assert health.overall([c("pass"), c("warn")]) == health.DEGRADED
-    assert health.overall([c("warn"), c("fail")]) == health.UNHEALTHY
-    assert health.overall([c("pass")], ["nvidia-smi not found"]) == health.UNKNOWN
+    assert policy.overall([c("pass"), c("skip")]) == policy.HEALTHY
+    assert policy.overall([c("pass"), c("warn")]) == policy.DEGRADED
+    assert policy.overall([c("warn"), c("fail")]) == policy.UNHEALTHY
+    assert policy.overall([c("pass")], ["nvidia-smi not found"]) == policy.UNKNOWN
 
 
 def test_xid_state_across_boots() -> None:
     soft = {"xid": 13, "pci": "0000:19:00", "timestamp": "1.0", "fatal": False}
     fatal = {"xid": 79, "pci": "0000:3b:00", "timestamp": "2.0", "fatal": True}
-    judged, state = health.xid_since_last_run([soft], None, "boot-1")
+    judged, state = policy.xid_since_last_run([soft], None, "boot-1")
     assert judged == [soft] and state["xid_seen"] == 1
-    judged, state = health.xid_since_last_run([soft, fatal], state, "boot-1")
+    judged, state = policy.xid_since_last_run([soft, fatal], state, "boot-1")
     assert judged == [fatal]
-    judged, state = health.xid_since_last_run([soft, fatal], state, "boot-1")
+    judged, state = policy.xid_since_last_run([soft, fatal], state, "boot-1")
     assert judged == [fatal]  # fatal stays reported
-    judged, _ = health.xid_since_last_run([], state, "boot-2")
+    judged, _ = policy.xid_since_last_run([], state, "boot-2")
     assert judged == []  # a reboot resets the GPUs
 
 
 def test_ping_summary() -> None:
     text = ("--- node-b ping statistics ---\n3 packets transmitted, 3 received, 0% packet loss, "
             "time 404ms\nrtt min/avg/max/mdev = 0.041/2.500/0.061/0.008 ms\n")
-    assert health.parse_ping_rtt(text) == pytest.approx(0.0025)
-    assert health.parse_ping_rtt("3 packets transmitted, 0 received, 100% packet loss") is None
+    assert policy.parse_ping_rtt(text) == pytest.approx(0.0025)
+    assert policy.parse_ping_rtt("3 packets transmitted, 0 received, 100% packet loss") is None
 
 
 def test_hardware_slowdown_warns() -> None:
     gpu = {"gpus": [{"index": 0, "clock_reasons": ["gpu_idle", "sw_power_cap"]},
                     {"index": 1, "clock_reasons": ["hw_thermal_slowdown"]}]}
-    by = {c["name"]: c for c in health.gpu_extra_checks(gpu)}
+    by = {c["name"]: c for c in policy.gpu_extra_checks(gpu)}
     assert by["gpu0_clocks"]["status"] == "pass"
     assert by["gpu1_clocks"]["status"] == "warn" and "hw_thermal_slowdown" in by["gpu1_clocks"][
         "detail"]
@@ -82,7 +83,7 @@ def test_hardware_slowdown_warns() -> None:
 
 def test_a_driver_older_than_the_planned_cuda_fails_the_driver_support_check() -> None:
     def driver_support(driver_cuda: str) -> dict[str, Any]:
-        checks = health.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": driver_cuda},
+        checks = policy.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": driver_cuda},
                                      {"cuda_version": "12.9"})
         found: dict[str, Any] = {c["name"]: c for c in checks}["cuda_driver_support"]
         return found
@@ -98,7 +99,7 @@ def test_a_driver_older_than_the_planned_cuda_fails_the_driver_support_check() -
         assert supported["status"] == "pass", newer
         assert supported["detail"] == f"driver supports CUDA {newer}"
     # nvidia-smi did not say: no verdict on the driver, only on the toolkit.
-    only_toolkit = health.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": None},
+    only_toolkit = policy.stack_checks({"cuda_toolkit": "12.9", "driver_cuda": None},
                                        {"cuda_version": "12.9"})
     assert [c["name"] for c in only_toolkit] == ["cuda_version"]
 
@@ -110,7 +111,7 @@ def test_a_pending_page_retirement_fails_and_retired_pages_alone_pass() -> None:
         {"index": 2, "retired_pages": {"single_bit": None, "double_bit": None,
                                        "pending": None}},
     ]}
-    by = {c["name"]: c for c in health.gpu_extra_checks(gpu)}
+    by = {c["name"]: c for c in policy.gpu_extra_checks(gpu)}
     assert by["gpu0_retired_pages"]["status"] == "fail"
     assert by["gpu0_retired_pages"]["detail"] == \
         "GPU0: a page retirement is pending (reset the GPU)"
@@ -120,9 +121,9 @@ def test_a_pending_page_retirement_fails_and_retired_pages_alone_pass() -> None:
     assert by["gpu1_retired_pages"]["detail"] == "no page retirement pending"
     # A GPU that does not report retirement (Ampere and later: row remapping) gets no check.
     assert "gpu2_retired_pages" not in by
-    checks = health.judge({"gpu": gpu}, {}, {})
+    checks = policy.judge({"gpu": gpu}, {}, {})
     assert [c["name"] for c in checks if c["status"] == "fail"] == ["gpu0_retired_pages"]
-    assert health.overall(checks) == health.UNHEALTHY
+    assert policy.overall(checks) == policy.UNHEALTHY
 
 
 def test_judge_quick_judges_only_the_quick_facts() -> None:
@@ -135,23 +136,23 @@ def test_judge_quick_judges_only_the_quick_facts() -> None:
              "measured": {"cuda_toolkit": None}}
     expected = {"gpu_count": 1, "gpu_model": "H100", "driver_version": "580.95.05",
                 "nvswitch": True}
-    quick = health.judge_quick(facts, expected)
+    quick = policy.judge_quick(facts, expected)
     failed = {c["name"] for c in quick if c["status"] == "fail"}
     assert failed == {"gpu0_memory", "fabricmanager"}
     names = {c["name"] for c in quick}
     assert not names & {"xid", "dcgm_health", "cuda_version"}
-    assert set(health.QUICK_FACTS) == {"gpu", "nvlink", "ib", "fabricmanager"}
+    assert set(policy.QUICK_FACTS) == {"gpu", "nvlink", "ib", "fabricmanager"}
     # The full check judges the same facts with the same functions, and the rest besides.
-    full = health.judge(facts, expected, {"cuda_version": "13.0"})
+    full = policy.judge(facts, expected, {"cuda_version": "13.0"})
     by_full = {c["name"]: c for c in full}
     assert all(by_full[c["name"]] == c for c in quick)
     assert {"xid", "dcgm_health", "cuda_version"} <= set(by_full)
 
 
 def test_label_values_are_escaped() -> None:
-    res = health.result("h", [{"name": 'a"b\\c', "status": "fail"}], [], {"name": "s\n"}, {},
+    res = policy.result("h", [{"name": 'a"b\\c', "status": "fail"}], [], {"name": "s\n"}, {},
                         0.0, 1.0)
-    text = health.render_textfile(res)
+    text = policy.render_textfile(res)
     assert 'gpucluster_health_ok{check="a\\"b\\\\c"} 0' in text
     assert 'stack="s\\n"' in text
 
@@ -163,7 +164,7 @@ def test_real_nvidia_smi_captures_parse_clock_reasons_and_retired_pages(captures
     seen_reasons = 0
     for path in sorted((captures / "nvidia-smi-xml").glob("*.xml")):
         facts = parse_nvidia_smi_xml(path.read_text(encoding="utf-8", errors="replace"))
-        checks = health.gpu_extra_checks(facts)
+        checks = policy.gpu_extra_checks(facts)
         for gpu in facts["gpus"]:
             if gpu["clock_reasons"] is not None:
                 seen_reasons += 1
@@ -177,7 +178,7 @@ def test_real_v100_capture_reports_retired_pages(captures: Path) -> None:
     path = captures / "nvidia-smi-xml" / "v100s-pcie-8gpu-460.xml"
     if not path.is_file():
         pytest.skip("capture absent")
-    checks = health.gpu_extra_checks(parse_nvidia_smi_xml(path.read_text()))
+    checks = policy.gpu_extra_checks(parse_nvidia_smi_xml(path.read_text()))
     assert any(c["name"].endswith("_retired_pages") for c in checks)
 
 
@@ -188,7 +189,7 @@ def test_real_fatal_xid_log_is_unhealthy(captures: Path) -> None:
     events = parse_xid(path.read_text())
     for event in events:
         event["fatal"] = event["xid"] in FATAL_XIDS
-    judged, _ = health.xid_since_last_run(events, None, "b")
-    checks = health.judge({"xid": {"events": judged}}, {}, {})
-    assert health.overall(checks) == health.UNHEALTHY
+    judged, _ = policy.xid_since_last_run(events, None, "b")
+    checks = policy.judge({"xid": {"events": judged}}, {}, {})
+    assert policy.overall(checks) == policy.UNHEALTHY
     assert "Xid 48" in checks[0]["detail"] and "since the last run" in checks[0]["detail"]

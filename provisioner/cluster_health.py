@@ -1,5 +1,6 @@
-"""`provisioner health`: every GPU node's own health command (gpuc-health, installed by the
-node_health role) run through ansible-runner in parallel, folded into one table.
+"""The cluster's health, as `provisioner health` reports it: every GPU node's own health command
+(gpuc-health, installed by the node_health role) run through ansible-runner in parallel, folded
+into one table.
 
 Never prints: the CLI renders :class:`HealthSummary`. Node statuses are gpuc-health's exit
 statuses (0 healthy, 1 degraded, 2 unhealthy, 3 could not check); a node that could not be
