@@ -117,14 +117,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sim_executors(args: argparse.Namespace) -> int:
-    from provisioner.sim import executors
+    from provisioner.sim import executor_containers
 
-    addresses = executors.up(args.count, lambda m: _chatter(args).print(escape(m)))
+    addresses = executor_containers.up(args.count, lambda m: _chatter(args).print(escape(m)))
     if not addresses:
         common.console.print("no simulated executor is running")
         return EXIT_OK
     for name, addr in addresses.items():
         common.console.print(f"  {name:<14} {addr}")
     common.console.print(escape(f"use: provisioner up ... --executors {','.join(addresses)} "
-                                f"--executor-ssh-config {executors.ssh_config_path()}"))
+                                f"--executor-ssh-config {executor_containers.ssh_config_path()}"))
     return EXIT_OK

@@ -656,12 +656,12 @@ class FakeSim:
 
 @pytest.fixture
 def fake_sim(monkeypatch: pytest.MonkeyPatch) -> FakeSim:
-    from provisioner.sim import cluster, executors
+    from provisioner.sim import cluster, executor_containers
 
     fake = FakeSim()
     monkeypatch.setattr(cluster, "up", fake.up)
     monkeypatch.setattr(cluster, "down", lambda progress: 3)
-    monkeypatch.setattr(executors, "up", lambda count, say: {})
+    monkeypatch.setattr(executor_containers, "up", lambda count, say: {})
 
     def no_podman(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a test started podman")
@@ -1089,7 +1089,7 @@ def test_sim_executors_count_progress_and_addresses(
         capsys: pytest.CaptureFixture[str]) -> None:
     from rich.console import Console
 
-    from provisioner.sim import executors
+    from provisioner.sim import executor_containers
 
     counts: list[int] = []
 
@@ -1099,8 +1099,8 @@ def test_sim_executors_count_progress_and_addresses(
         return {f"sim-exec-{i}": f"10.88.0.{20 + i}" for i in range(1, count + 1)}
 
     ssh_config = Path("/sim/executors/ssh_config")
-    monkeypatch.setattr(executors, "up", up)
-    monkeypatch.setattr(executors, "ssh_config_path", lambda: ssh_config)
+    monkeypatch.setattr(executor_containers, "up", up)
+    monkeypatch.setattr(executor_containers, "ssh_config_path", lambda: ssh_config)
     monkeypatch.setattr(common, "console", Console(width=1000, highlight=False))
     assert cli.main(["sim", "executors"]) == 0
     assert counts == [2]  # its help: "how many (default 2; 0 removes them)"
