@@ -75,7 +75,7 @@ def fabric_checks(gpu):
         out.append(check("fabric_partition", FAIL, seen, "one clique and cluster UUID",
                          "this node's GPUs sit in %d NVLink partitions: %s" % (len(parts), seen)))
     elif parts:
-        (clique, uuid), = parts
+        clique, uuid = next(iter(parts))
         out.append(check("fabric_partition", PASS, "clique %s, cluster %s" % (clique, uuid),
                          "one clique and cluster UUID", "all GPUs in one NVLink partition"))
     return out
