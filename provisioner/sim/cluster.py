@@ -49,8 +49,8 @@ from provisioner.sim.faults import (
 )
 from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
-from provisioner.sim.packages import Mirror, build_mirror
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
+from provisioner.sim.stand_in_packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs, write_pci_sysfs
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (

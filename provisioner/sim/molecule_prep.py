@@ -26,7 +26,7 @@ from provisioner.profiles import load_profiles
 from provisioner.sim import podman
 from provisioner.sim.cluster import mirror_dir, sim_files, sim_inventory_vars
 from provisioner.sim.image import ensure_image
-from provisioner.sim.packages import build_mirror
+from provisioner.sim.stand_in_packages import build_mirror
 
 
 def write_tarballs(dest: Path, profile: str = "sim-h100-8gpu") -> Path:

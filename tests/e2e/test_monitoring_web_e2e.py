@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.sim.packages import DCGM_EXPORTER_PACKAGE, DCGM_EXPORTER_VERSION
+from provisioner.sim.stand_in_packages import DCGM_EXPORTER_PACKAGE, DCGM_EXPORTER_VERSION
 from tests.e2e import conftest as e2e
 from tests.e2e.conftest import FirstUp
 

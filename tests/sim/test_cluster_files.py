@@ -270,7 +270,7 @@ def test_slurm_only_where_the_os_repositories_carry_it_and_prometheus_from_relea
     the mirror built (the monitoring group is there on every OS)."""
     import yaml
 
-    from provisioner.sim.packages import Mirror
+    from provisioner.sim.stand_in_packages import Mirror
 
     monkeypatch.setattr(cluster_mod, "sim_state_dir", lambda: tmp_path)
     cluster = cluster_mod.SimCluster(

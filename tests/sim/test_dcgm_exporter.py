@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from provisioner.matrix import load_matrix
-from provisioner.sim.packages import DCGM_EXPORTER_VERSION, all_packages
+from provisioner.sim.stand_in_packages import DCGM_EXPORTER_VERSION, all_packages
 from tests.sim.conftest import Bundled, run_tool
 from tests.sim.test_tools import node
 

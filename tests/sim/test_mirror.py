@@ -324,8 +324,8 @@ def test_the_kernel_module_package_registers_with_dkms_on_rpm_too(tmp_path: Path
     """The DKMS driver package's install and removal scripts run on the imitated RHEL node too:
     as rpm scriptlets in rpm's built-in Lua (which calls sh), so the package requires no
     /bin/sh; the other packages carry none."""
-    from provisioner.sim.packages import package_for
     from provisioner.sim.rpmrepo import _build_one, rpm_filename
+    from provisioner.sim.stand_in_packages import package_for
 
     if shutil.which("rpmbuild") is None or shutil.which("rpm") is None:
         pytest.skip("rpmbuild is not installed (make deps installs it)")
@@ -354,7 +354,7 @@ def test_the_driver_loads_its_module_at_install_only_where_none_is_loaded(
     """The user-space driver package's install script: a node without an NVIDIA module loads
     the new one (first use); a node running another driver's module keeps it until a reboot,
     which is what makes the driver role's reboot necessary on a real node too."""
-    from provisioner.sim.packages import package_for
+    from provisioner.sim.stand_in_packages import package_for
 
     pkg = package_for("driver", "open", name, version, {"cuda_version": "13.0"})
     assert pkg.scripts_on_rpm and pkg.postinst

@@ -14,7 +14,13 @@ import pytest
 
 from provisioner.matrix import COMPONENTS, FLAVORS, load_matrix
 from provisioner.matrix.packages import stack_pins
-from provisioner.sim.packages import APT_OS_DIRS, CTK_REPO, build_mirror, cuda_repo, decoy_versions
+from provisioner.sim.stand_in_packages import (
+    APT_OS_DIRS,
+    CTK_REPO,
+    build_mirror,
+    cuda_repo,
+    decoy_versions,
+)
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv")),

@@ -11,7 +11,7 @@ import pytest
 from provisioner import smoke_launch
 from provisioner.plan import build
 from provisioner.sim.cluster import SimCluster, SimSpec, _write_inventory, mirror_dir
-from provisioner.sim.packages import Mirror
+from provisioner.sim.stand_in_packages import Mirror
 
 
 def test_sim_inventory_names_the_mirror_directory_for_the_wheelhouse(

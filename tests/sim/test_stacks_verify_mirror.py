@@ -14,7 +14,7 @@ import yaml
 from provisioner import cli
 from provisioner.matrix import schema
 from provisioner.matrix.schema import STACKS_FILE
-from provisioner.sim.packages import CTK_REPO, build_mirror, cuda_repo
+from provisioner.sim.stand_in_packages import CTK_REPO, build_mirror, cuda_repo
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in ("dpkg-deb", "apt-ftparchive", "gpg", "gpgv")),

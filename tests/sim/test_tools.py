@@ -17,7 +17,7 @@ import yaml
 from provisioner.matrix import load_matrix
 from provisioner.sim import bundle
 from provisioner.sim.bundle import BundleError, daemon_script, modules_of, tool_script
-from provisioner.sim.packages import all_packages
+from provisioner.sim.stand_in_packages import all_packages
 from tests.sim.conftest import Bundled, run_tool, write_faults
 
 

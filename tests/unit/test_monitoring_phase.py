@@ -15,7 +15,7 @@ from provisioner import bringup
 from provisioner.paths import collection_root
 from provisioner.plan import build
 from provisioner.sim.cluster import SimCluster, SimSpec, _write_inventory, sim_inventory_vars
-from provisioner.sim.packages import Mirror
+from provisioner.sim.stand_in_packages import Mirror
 from provisioner.sim.tools.node import IB_SYSFS, KERNEL_LOG
 
 

@@ -217,7 +217,8 @@ def nvlsm_package() -> SimPackage:
 
 
 # The apt repositories the mirror serves, by NVIDIA's directory name, and the package family of
-# their driver packages (every other component is named as on Debian: packages.py conventions).
+# their driver packages (every other component is named as on Debian: the conventions of
+# matrix/packages.py).
 APT_OS_DIRS: dict[str, str] = {"debian12": "apt", "ubuntu2204": "apt_ubuntu",
                                "ubuntu2404": "apt_ubuntu"}
 # The rpm repository (provisioner/sim/rpmrepo.py), built only for a cluster that needs it.
