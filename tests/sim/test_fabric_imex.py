@@ -179,7 +179,9 @@ def test_the_simulated_imex_domain_reports_real_connections(
         assert up["status"] == "UP"
         assert [(n["host"], n["status"], n["connections"]) for n in up["nodes"]] == [
             ("127.0.0.1", "READY", {"1": "CONNECTED"}), ("127.0.0.2", "READY", {"0": "CONNECTED"})]
-        servers.pop().shutdown()
+        stopped = servers.pop()
+        stopped.shutdown()
+        stopped.server_close()  # its port refuses connections, as a stopped daemon's does
         down = parse_imex_domain(json.dumps(imex.domain_status()))
         checks = by_name(imex_checks(imex_facts(down), EXPECTED))
         assert checks["imex_domain"]["status"] == "fail"
@@ -189,6 +191,7 @@ def test_the_simulated_imex_domain_reports_real_connections(
     finally:
         for server in servers:
             server.shutdown()
+            server.server_close()
 
 
 def imex_facts(parsed: dict[str, Any]) -> dict[str, Any]:

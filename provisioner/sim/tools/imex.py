@@ -41,10 +41,11 @@ def domain_addresses() -> list[str]:
     return out
 
 
-def ask(address: str, request: str) -> str | None:
-    """The answer of the daemon at ``address`` to one request line; None when none answers."""
+def ask(address: str, request: str, timeout: float | None = None) -> str | None:
+    """The answer of the daemon at ``address`` to one request line; None when none answers
+    within ``timeout`` seconds (default TIMEOUT)."""
     try:
-        with socket.create_connection((address, PORT), timeout=TIMEOUT) as conn:
+        with socket.create_connection((address, PORT), timeout=timeout or TIMEOUT) as conn:
             conn.sendall(request.encode() + b"\n")
             return conn.makefile("r", encoding="utf-8").readline().strip() or None
     except OSError:
@@ -86,8 +87,11 @@ def domain_status() -> dict[str, Any]:
     """Every node of the domain as its own daemon reports it (UNAVAILABLE where none answers)."""
     addresses = domain_addresses()
     nodes: dict[str, Any] = {}
+    # A daemon answers STATUS after pinging each peer, each ping up to TIMEOUT (a peer that is
+    # down lets it run out): its answer may take that long for every peer.
+    wait = TIMEOUT * (len(addresses) + 1)
     for index, address in enumerate(addresses):
-        raw = ask(address, "STATUS")
+        raw = ask(address, "STATUS", wait)
         try:
             node = json.loads(raw) if raw else None
         except ValueError:
