@@ -31,8 +31,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .checks import check_result
 from .pci_aer import TOTAL, read_functions
-from .preflight import check
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
@@ -209,7 +209,7 @@ def _port_check(port: str, now: dict[str, Any], before: dict[str, Any] | None,
     present = [c for c in IB_COUNTER_LIMITS if _count(now.get(c)) is not None]
     expected = dict((c, _limit_text(c)) for c in present)
     if not present:
-        return check(name, SKIP, None, expected, "%s: no error counter could be read" % port)
+        return check_result(name, SKIP, None, expected, "%s: no error counter could be read" % port)
     device, _sep, number = port.partition("/")
     saturated = ["%s is saturated at %d, its %d-bit maximum: it no longer counts (reset the "
                  "port's counters, perfquery -C %s -P %s -R, to judge it again)"
@@ -218,9 +218,9 @@ def _port_check(port: str, now: dict[str, Any], before: dict[str, Any] | None,
     if before is None:
         detail = "%s: %s: baseline recorded" % (port, why_baseline)
         if saturated:
-            return check(name, FAIL, dict((c, now[c]) for c in present), expected,
-                         "%s; %s" % (detail, "; ".join(saturated)))
-        return check(name, SKIP, None, expected, detail)
+            return check_result(name, FAIL, dict((c, now[c]) for c in present), expected,
+                                "%s; %s" % (detail, "; ".join(saturated)))
+        return check_result(name, SKIP, None, expected, detail)
     increases = {}
     resets = []
     for c in present:
@@ -257,7 +257,7 @@ def _port_check(port: str, now: dict[str, Any], before: dict[str, Any] | None,
         detail = "%s: no error counter over its threshold %s" % (port, _since(seconds))
     if notes:
         detail += "; " + "; ".join(notes)
-    return check(name, FAIL if over or saturated else PASS, increases, expected, detail)
+    return check_result(name, FAIL if over or saturated else PASS, increases, expected, detail)
 
 
 _AER_KINDS = ("fatal", "nonfatal", "correctable")
@@ -286,7 +286,8 @@ def _pcie_check(address: str, now: dict[str, Any], before: dict[str, Any] | None
     expected = {"fatal": 0, "nonfatal": 0,
                 "correctable": "at most %d per hour" % AER_CORRECTABLE_PER_HOUR}
     if before is None and not rebooted:
-        return check(name, SKIP, None, expected, "%s: first reading: baseline recorded" % where)
+        return check_result(name, SKIP, None, expected,
+                            "%s: first reading: baseline recorded" % where)
     base = {} if rebooted else (before or {})
     increases: dict[str, int] = {}
     found: dict[str, list[str]] = {}
@@ -324,7 +325,7 @@ def _pcie_check(address: str, now: dict[str, Any], before: dict[str, Any] | None
     if resets:
         detail += ("; %s counters lower than at the last reading (reset): the value is judged "
                    "as the increase" % ", ".join(resets))
-    return check(name, status, increases, expected, detail)
+    return check_result(name, status, increases, expected, detail)
 
 
 def counter_checks(counters: Any) -> list[dict[str, Any]]:
@@ -334,7 +335,8 @@ def counter_checks(counters: Any) -> list[dict[str, Any]]:
     counters = counters if isinstance(counters, dict) else {}
     now = counters.get("now")
     if not is_reading(now):
-        return [check("error_counters", SKIP, None, None, "the error counters were not read")]
+        return [check_result("error_counters", SKIP, None, None,
+                             "the error counters were not read")]
     before = counters.get("before")
     before = before if is_reading(before) else None
     rebooted = before is not None and _rebooted(before, now)

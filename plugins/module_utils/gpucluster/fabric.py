@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from .preflight import check
+from .checks import check_result
 
 PASS, FAIL = "pass", "fail"
 # What a registered GPU reports (nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_COMPLETED, and the
@@ -35,27 +35,27 @@ def _gpu_fabric(gpu):
     fabric = gpu.get("fabric")
     want = "%s / %s" % FABRIC_DONE
     if fabric is None:
-        return check(name, FAIL, None, want,
-                     "GPU%s: nvidia-smi -q -x shows no <fabric> block (a driver before R550 "
-                     "cannot join a multi-node NVLink domain)" % idx), None
+        return check_result(name, FAIL, None, want,
+                            "GPU%s: nvidia-smi -q -x shows no <fabric> block (a driver before R550 "
+                            "cannot join a multi-node NVLink domain)" % idx), None
     state, status = fabric.get("state"), fabric.get("status")
     measured = "%s / %s" % (state or "N/A", status or "N/A")
     if (state, status) != FABRIC_DONE:
-        return check(name, FAIL, measured, want,
-                     "GPU%s: NVLink fabric registration %s (status %s): the GPU is not in the "
-                     "NVLink domain; check the fabric manager (on NVLink switch trays, NMX-C) "
-                     "and the GPU's NVLink cabling" % (idx, state or "not reported",
-                                                       status or "N/A")), None
+        return check_result(name, FAIL, measured, want,
+                            "GPU%s: NVLink fabric registration %s (status %s): the GPU is not "
+                            "in the NVLink domain; check the fabric manager (on NVLink switch "
+                            "trays, NMX-C) and the GPU's NVLink cabling"
+                            % (idx, state or "not reported", status or "N/A")), None
     health = fabric.get("health") or {}
     sick = ["%s %s" % (key, health[key]) for key in sorted(health)
             if key in HEALTHY and health[key] is not None and health[key] != HEALTHY[key]]
     part = (fabric.get("clique_id"), fabric.get("cluster_uuid"))
     measured += ", clique %s" % part[0]
     if sick:
-        return check(name, FAIL, measured, want + ", " + ", ".join(
+        return check_result(name, FAIL, measured, want + ", " + ", ".join(
             "%s %s" % kv for kv in sorted(HEALTHY.items())),
             "GPU%s: registered, but fabric health: %s" % (idx, ", ".join(sick))), part
-    return check(name, PASS, measured, want, "registered with the NVLink fabric"), part
+    return check_result(name, PASS, measured, want, "registered with the NVLink fabric"), part
 
 
 def fabric_checks(gpu):
@@ -72,12 +72,13 @@ def fabric_checks(gpu):
     if len(parts) > 1:
         seen = "; ".join("clique %s cluster %s: GPU %s" % (c, u, ", ".join(map(str, idx)))
                          for (c, u), idx in sorted(parts.items(), key=lambda kv: str(kv[0])))
-        out.append(check("fabric_partition", FAIL, seen, "one clique and cluster UUID",
-                         "this node's GPUs sit in %d NVLink partitions: %s" % (len(parts), seen)))
+        out.append(check_result("fabric_partition", FAIL, seen, "one clique and cluster UUID",
+                                "this node's GPUs sit in %d NVLink partitions: %s"
+                                % (len(parts), seen)))
     elif parts:
         clique, uuid = next(iter(parts))
-        out.append(check("fabric_partition", PASS, "clique %s, cluster %s" % (clique, uuid),
-                         "one clique and cluster UUID", "all GPUs in one NVLink partition"))
+        out.append(check_result("fabric_partition", PASS, "clique %s, cluster %s" % (clique, uuid),
+                                "one clique and cluster UUID", "all GPUs in one NVLink partition"))
     return out
 
 
@@ -143,39 +144,41 @@ def imex_checks(imex, exp):
     members = exp.get("nvlink_domain_hosts") or []
     out = []
     service = imex.get("service")
-    out.append(check("imex_service", PASS if service == "active" else FAIL, service, "active",
-                     "nvidia-imex running" if service == "active" else
-                     "nvidia-imex is %s: CUDA cannot map memory across the NVLink domain "
-                     "(the IMEX guide: start it before any CUDA job)" % (service or "absent")))
+    out.append(check_result("imex_service", PASS if service == "active" else FAIL, service,
+                            "active", "nvidia-imex running" if service == "active" else
+                            "nvidia-imex is %s: CUDA cannot map memory across the NVLink domain "
+                            "(the IMEX guide: start it before any CUDA job)"
+                            % (service or "absent")))
     listed = imex.get("nodes_config")
     if listed is None:
-        out.append(check("imex_nodes_config", FAIL, None, len(members),
-                         "%s: %s" % (IMEX_NODES_CONFIG, imex.get("nodes_config_error")
-                                     or "not readable")))
+        out.append(check_result("imex_nodes_config", FAIL, None, len(members),
+                                "%s: %s" % (IMEX_NODES_CONFIG, imex.get("nodes_config_error")
+                                            or "not readable")))
     else:
         ok = not members or len(listed) == len(members)
-        out.append(check("imex_nodes_config", PASS if ok else FAIL, len(listed), len(members),
-                         "lists the domain's %d node(s)" % len(listed) if ok else
-                         "%s lists %d node(s); the NVLink domain %s has %d (%s)"
-                         % (IMEX_NODES_CONFIG, len(listed), exp.get("nvlink_domain"),
-                            len(members), ", ".join(members))))
+        out.append(check_result("imex_nodes_config", PASS if ok else FAIL, len(listed),
+                                len(members),
+                                "lists the domain's %d node(s)" % len(listed) if ok else
+                                "%s lists %d node(s); the NVLink domain %s has %d (%s)"
+                                % (IMEX_NODES_CONFIG, len(listed), exp.get("nvlink_domain"),
+                                   len(members), ", ".join(members))))
     domain = imex.get("domain") or {}
     if domain.get("error"):
-        out.append(check("imex_domain", FAIL, None, "UP",
-                         "nvidia-imex-ctl -N -j: %s" % domain["error"]))
+        out.append(check_result("imex_domain", FAIL, None, "UP",
+                                "nvidia-imex-ctl -N -j: %s" % domain["error"]))
     else:
         problems = _domain_problems(domain)
         seen = len(domain.get("nodes") or [])
         if members and seen != len(members):
             problems.append("%d node(s) in the IMEX domain, %d planned" % (seen, len(members)))
-        out.append(check("imex_domain", FAIL if problems else PASS,
-                         domain.get("status"), "UP, every node READY and CONNECTED",
-                         "; ".join(problems) if problems else
-                         "%d node(s) READY, all connected" % seen))
+        out.append(check_result("imex_domain", FAIL if problems else PASS,
+                                domain.get("status"), "UP, every node READY and CONNECTED",
+                                "; ".join(problems) if problems else
+                                "%d node(s) READY, all connected" % seen))
     channels = imex.get("channels") or []
-    out.append(check("imex_channel", PASS if channels else FAIL, channels, "channel0",
-                     "IMEX channel(s) %s" % ", ".join(channels) if channels else
-                     "no IMEX channel under %s: CUDA's multi-node memory calls fail with a "
-                     "permission error (channels are not created by default nor kept over a "
-                     "reboot)" % IMEX_CHANNELS))
+    out.append(check_result("imex_channel", PASS if channels else FAIL, channels, "channel0",
+                            "IMEX channel(s) %s" % ", ".join(channels) if channels else
+                            "no IMEX channel under %s: CUDA's multi-node memory calls fail with a "
+                            "permission error (channels are not created by default nor kept over a "
+                            "reboot)" % IMEX_CHANNELS))
     return out

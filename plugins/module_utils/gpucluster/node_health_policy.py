@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 
-from .preflight import check
+from .checks import check_result
 from .validate import FAIL, PASS, SKIP, WARN, evaluate
 
 HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = 0, 1, 2, 3
@@ -51,16 +51,16 @@ def stack_checks(measured, stack):
     out = []
     got = measured.get("cuda_toolkit")
     same = _major_minor(got) is not None and _major_minor(got) == _major_minor(want)
-    out.append(check("cuda_version", PASS if same else FAIL, got, want,
-                     "CUDA toolkit %s as planned" % got if same else
-                     "CUDA toolkit %s installed, the plan says %s" % (got or "not", want)))
+    out.append(check_result("cuda_version", PASS if same else FAIL, got, want,
+                            "CUDA toolkit %s as planned" % got if same else
+                            "CUDA toolkit %s installed, the plan says %s" % (got or "not", want)))
     driver_cuda = measured.get("driver_cuda")
     if driver_cuda is not None:
         ok = (_major_minor(driver_cuda) or (0, 0)) >= (_major_minor(want) or (0, 0))
-        out.append(check("cuda_driver_support", PASS if ok else FAIL, driver_cuda, want,
-                         "driver supports CUDA %s" % driver_cuda if ok else
-                         "the driver supports CUDA up to %s, the toolkit is %s"
-                         % (driver_cuda, want)))
+        out.append(check_result("cuda_driver_support", PASS if ok else FAIL, driver_cuda, want,
+                                "driver supports CUDA %s" % driver_cuda if ok else
+                                "the driver supports CUDA up to %s, the toolkit is %s"
+                                % (driver_cuda, want)))
     return out
 
 
@@ -74,30 +74,30 @@ def gpu_extra_checks(gpu):
         pages = g.get("retired_pages") or {}
         if any(pages.get(k) is not None for k in ("single_bit", "double_bit", "pending")):
             pending = pages.get("pending") is True
-            out.append(check("gpu%s_retired_pages" % idx, FAIL if pending else PASS,
-                             {"double_bit": pages.get("double_bit"), "pending": pending},
-                             "no retirement pending",
-                             "GPU%s: a page retirement is pending (reset the GPU)" % idx
-                             if pending else "no page retirement pending"))
+            out.append(check_result("gpu%s_retired_pages" % idx, FAIL if pending else PASS,
+                                    {"double_bit": pages.get("double_bit"), "pending": pending},
+                                    "no retirement pending",
+                                    "GPU%s: a page retirement is pending (reset the GPU)" % idx
+                                    if pending else "no page retirement pending"))
         reasons = g.get("clock_reasons")
         if reasons is None:
             continue
         hot = [r for r in reasons if r in HW_THROTTLE_REASONS]
-        out.append(check("gpu%s_clocks" % idx, WARN if hot else PASS, hot or "none", "none",
-                         "GPU%s clocks held down: %s (cooling, power delivery)"
-                         % (idx, ", ".join(hot)) if hot else "no hardware clock slowdown"))
+        out.append(check_result("gpu%s_clocks" % idx, WARN if hot else PASS, hot or "none", "none",
+                                "GPU%s clocks held down: %s (cooling, power delivery)"
+                                % (idx, ", ".join(hot)) if hot else "no hardware clock slowdown"))
     return out
 
 
 def fabricmanager_check(required, active):
     """``active``: the service's state (``systemctl is-active``) or None when unknown."""
     if not required:
-        return [check("fabricmanager", SKIP, active, None, "no NVSwitch: not required")]
+        return [check_result("fabricmanager", SKIP, active, None, "no NVSwitch: not required")]
     ok = active == "active"
-    return [check("fabricmanager", PASS if ok else FAIL, active, "active",
-                  "fabric manager running" if ok else
-                  "fabric manager is %s: NVSwitch systems need it for NVLink"
-                  % (active or "absent"))]
+    return [check_result("fabricmanager", PASS if ok else FAIL, active, "active",
+                         "fabric manager running" if ok else
+                         "fabric manager is %s: NVSwitch systems need it for NVLink"
+                         % (active or "absent"))]
 
 
 _DCGM_ROW = re.compile(r"^\|\s*(?P<key>[^|]*?)\s*\|\s*(?P<value>[^|]*?)\s*\|\s*$")
@@ -123,16 +123,16 @@ def parse_dcgmi_health(text):
 def dcgm_health_check(dcgm):
     """``dcgm``: None (DCGM absent), {error}, or parse_dcgmi_health's result."""
     if dcgm is None:
-        return [check("dcgm_health", SKIP, None, "Healthy", "DCGM not installed")]
+        return [check_result("dcgm_health", SKIP, None, "Healthy", "DCGM not installed")]
     if dcgm.get("error"):
-        return [check("dcgm_health", WARN, None, "Healthy",
-                      "DCGM health watches not readable: %s" % dcgm["error"])]
+        return [check_result("dcgm_health", WARN, None, "Healthy",
+                             "DCGM health watches not readable: %s" % dcgm["error"])]
     overall = dcgm.get("overall")
     status = {"healthy": PASS, "warning": WARN}.get((overall or "").lower(), FAIL)
     detail = "DCGM health watches: %s" % (overall or "no verdict")
     if dcgm.get("incidents"):
         detail += " (%s)" % "; ".join(dcgm["incidents"][:5])
-    return [check("dcgm_health", status, overall, "Healthy", detail)]
+    return [check_result("dcgm_health", status, overall, "Healthy", detail)]
 
 
 def xid_since_last_run(events, state, boot_id):

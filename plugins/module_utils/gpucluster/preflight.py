@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .checks import check_result
+
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
 # PCI class codes (the PCI-SIG's class code table, as lspci -nn and sysfs show them): 0300 VGA,
@@ -136,11 +138,6 @@ def parse_firewalld_zones(text):
     return out
 
 
-def check(name, status, measured, expected, detail):
-    return {"name": name, "status": status, "measured": measured, "expected": expected,
-            "detail": detail}
-
-
 def evaluate(facts, policy):
     """facts: what node_preflight measured; policy: thresholds from role variables."""
     checks = []
@@ -148,52 +145,54 @@ def evaluate(facts, policy):
     supported = sorted(policy.get("supported_os") or [])
     ok = name in supported
     label = "%s %s (%s)" % (facts.get("os_id"), facts.get("os_version"), name)
-    checks.append(check("os_supported", PASS if ok else FAIL, name, " | ".join(supported),
-                        "supported OS %s" % label if ok else
-                        "OS %s has no NVIDIA repository in the stack matrix for this node's "
-                        "stack; supported: %s" % (label, ", ".join(supported) or "none")))
+    checks.append(check_result("os_supported", PASS if ok else FAIL, name, " | ".join(supported),
+                               "supported OS %s" % label if ok else
+                               "OS %s has no NVIDIA repository in the stack matrix for this node's "
+                               "stack; supported: %s" % (label, ", ".join(supported) or "none")))
 
     arch = facts.get("architecture")
     archs = policy.get("architectures", ["x86_64", "aarch64"])
-    checks.append(check("architecture", PASS if arch in archs else FAIL, arch, " | ".join(archs),
-                        "supported CPU architecture" if arch in archs else
-                        "NVIDIA's repositories have no packages for %s" % arch))
+    checks.append(check_result("architecture", PASS if arch in archs else FAIL, arch,
+                               " | ".join(archs),
+                               "supported CPU architecture" if arch in archs else
+                               "NVIDIA's repositories have no packages for %s" % arch))
 
     hdr = facts.get("kernel_headers")
     if hdr == "installed":
-        checks.append(check("kernel_headers", PASS, hdr, "installed or installable",
-                            "headers for %s are installed" % facts.get("kernel")))
+        checks.append(check_result("kernel_headers", PASS, hdr, "installed or installable",
+                                   "headers for %s are installed" % facts.get("kernel")))
     elif hdr == "installable":
-        checks.append(check("kernel_headers", PASS, hdr, "installed or installable",
-                            "headers for %s are available from the package manager"
-                            % facts.get("kernel")))
+        checks.append(check_result("kernel_headers", PASS, hdr, "installed or installable",
+                                   "headers for %s are available from the package manager"
+                                   % facts.get("kernel")))
     else:
-        checks.append(check("kernel_headers", FAIL, hdr, "installed or installable",
-                            "no headers package for the running kernel %s: DKMS cannot build "
-                            "the driver; boot a kernel whose headers are in the repositories"
-                            % facts.get("kernel")))
+        checks.append(check_result("kernel_headers", FAIL, hdr, "installed or installable",
+                                   "no headers package for the running kernel %s: DKMS cannot "
+                                   "build the driver; boot a kernel whose headers are in the "
+                                   "repositories" % facts.get("kernel")))
 
     min_gb = float(policy.get("min_free_gb", 20))
     for mount in facts.get("disk", []):
         free = mount.get("free_gb")
         if free is None:
-            checks.append(check("free_disk:" + mount["path"], SKIP, None, ">= %g GB" % min_gb,
-                                "path does not exist"))
+            checks.append(check_result("free_disk:" + mount["path"], SKIP, None,
+                                       ">= %g GB" % min_gb, "path does not exist"))
             continue
         ok = free >= min_gb
         short = "%.1f GB free under %s, the stack needs %g GB" % (free, mount["path"], min_gb)
-        checks.append(check("free_disk:" + mount["path"], PASS if ok else FAIL,
-                            "%.1f GB" % free, ">= %g GB" % min_gb,
-                            "enough space" if ok else short))
+        checks.append(check_result("free_disk:" + mount["path"], PASS if ok else FAIL,
+                                   "%.1f GB" % free, ">= %g GB" % min_gb,
+                                   "enough space" if ok else short))
 
     sb = facts.get("secure_boot")
     if sb == "enabled" and not policy.get("secure_boot_ok", False):
-        checks.append(check("secure_boot", FAIL, sb, "disabled, or a MOK key enrolled",
-                            "Secure Boot is on: the unsigned DKMS module will not load; enroll "
-                            "a MOK signing key and set preflight_secure_boot_ok, or disable it"))
+        checks.append(check_result("secure_boot", FAIL, sb, "disabled, or a MOK key enrolled",
+                                   "Secure Boot is on: the unsigned DKMS module will not load; "
+                                   "enroll a MOK signing key and set preflight_secure_boot_ok, or "
+                                   "disable it"))
     else:
-        checks.append(check("secure_boot", PASS, sb, "disabled, or a MOK key enrolled",
-                            "module loading is not blocked"))
+        checks.append(check_result("secure_boot", PASS, sb, "disabled, or a MOK key enrolled",
+                                   "module loading is not blocked"))
 
     if policy.get("expect_gpus"):
         checks.extend(_gpu_checks(facts, policy))
@@ -205,11 +204,11 @@ def evaluate(facts, policy):
     if ts in ("synchronized", "container"):
         detail = ("container: shares the host kernel clock" if ts == "container"
                   else "clock synchronized")
-        checks.append(check("time_sync", PASS, ts, "synchronized", detail))
+        checks.append(check_result("time_sync", PASS, ts, "synchronized", detail))
     else:
-        checks.append(check("time_sync", WARN, ts, "synchronized",
-                            "clock not synchronized: NCCL timeouts and logs across nodes will "
-                            "disagree; enable chrony or systemd-timesyncd"))
+        checks.append(check_result("time_sync", WARN, ts, "synchronized",
+                                   "clock not synchronized: NCCL timeouts and logs across nodes "
+                                   "will disagree; enable chrony or systemd-timesyncd"))
     return checks
 
 
@@ -223,13 +222,16 @@ def _firewall_check(fw, ports):
         unread = fw.get("unread") or []
         detail = "no host firewall filters incoming traffic" + (
             " (not read: %s)" % ", ".join(unread) if unread else "")
-        return check("host_firewall", PASS, "none", "no filtering of the cluster's ports", detail)
-    return check("host_firewall", WARN, "; ".join(filtering), "no filtering of the cluster's ports",
-                 "a host firewall filters incoming traffic (%s): make sure it lets the cluster "
-                 "network reach %s, and NCCL's bootstrap and socket connections (ephemeral "
-                 "ports), or Slurm, the multi-node smoke job and Prometheus' scrapes fail; "
-                 "firewalld: firewall-cmd --permanent --zone=trusted --add-source=<cluster "
-                 "network> && firewall-cmd --reload" % ("; ".join(filtering), wanted))
+        return check_result("host_firewall", PASS, "none", "no filtering of the cluster's ports",
+                            detail)
+    return check_result("host_firewall", WARN, "; ".join(filtering),
+                        "no filtering of the cluster's ports",
+                        "a host firewall filters incoming traffic (%s): make sure it lets the "
+                        "cluster network reach %s, and NCCL's bootstrap and socket connections "
+                        "(ephemeral ports), or Slurm, the multi-node smoke job and Prometheus' "
+                        "scrapes fail; firewalld: firewall-cmd --permanent --zone=trusted "
+                        "--add-source=<cluster network> && firewall-cmd --reload"
+                        % ("; ".join(filtering), wanted))
 
 
 def _gpu_checks(facts, policy):
@@ -246,23 +248,23 @@ def _gpu_checks(facts, policy):
         exp = str(expected)
     source = facts.get("pci_source")
     if source == "unread":
-        out.append(check("nvidia_pci_devices", FAIL, None, exp,
-                         "neither /sys/bus/pci/devices nor lspci (package pciutils) could be "
-                         "read: the GPUs on the PCI bus cannot be counted"))
+        out.append(check_result("nvidia_pci_devices", FAIL, None, exp,
+                                "neither /sys/bus/pci/devices nor lspci (package pciutils) "
+                                "could be read: the GPUs on the PCI bus cannot be counted"))
         return out
     shown = "lspci" if source == "lspci" else "/sys/bus/pci/devices"
-    out.append(check("nvidia_pci_devices", PASS if ok else FAIL, len(gpus), exp,
-                     "NVIDIA GPUs on the PCI bus (%s)" % shown if ok else
-                     "%s shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
-                     "power and BIOS PCIe settings before installing a driver"
-                     % (shown, len(gpus), exp)))
+    out.append(check_result("nvidia_pci_devices", PASS if ok else FAIL, len(gpus), exp,
+                            "NVIDIA GPUs on the PCI bus (%s)" % shown if ok else
+                            "%s shows %d NVIDIA GPU(s), the profile expects %s: check seating, "
+                            "power and BIOS PCIe settings before installing a driver"
+                            % (shown, len(gpus), exp)))
     wanted = [w.lower() for w in policy.get("expected_pci_ids") or []]
     if wanted and gpus:
         bad = [i for i in ids if i not in wanted]
-        out.append(check("nvidia_pci_ids", FAIL if bad else PASS, ", ".join(ids),
-                         " | ".join(wanted),
-                         "unexpected GPU device id(s) %s: wrong gpu_profile?" % ", ".join(bad)
-                         if bad else "GPU model matches the profile"))
+        out.append(check_result("nvidia_pci_ids", FAIL if bad else PASS, ", ".join(ids),
+                                " | ".join(wanted),
+                                "unexpected GPU device id(s) %s: wrong gpu_profile?"
+                                % ", ".join(bad) if bad else "GPU model matches the profile"))
     return out
 
 

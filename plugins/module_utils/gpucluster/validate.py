@@ -7,9 +7,9 @@ Every check names the GPU or port it is about and carries measured vs expected v
 
 from __future__ import annotations
 
+from .checks import check_result
 from .counters import counter_checks
 from .fabric import fabric_checks, imex_checks
-from .preflight import check
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
@@ -54,8 +54,8 @@ def ib_from_ibstat(parsed):
 def _gpu_checks(gpu, exp):
     if not gpu or gpu.get("error"):
         why = (gpu or {}).get("error") or "nvidia-smi returned nothing"
-        return [check("gpu_visible", FAIL, None, exp.get("gpu_count"),
-                      "cannot read the GPUs: %s" % why)]
+        return [check_result("gpu_visible", FAIL, None, exp.get("gpu_count"),
+                             "cannot read the GPUs: %s" % why)]
     out = []
     gpus = gpu.get("gpus") or []
     count = len(gpus)
@@ -64,21 +64,22 @@ def _gpu_checks(gpu, exp):
         detail = "%d of %d GPUs visible" % (count, want)
         if count < want:
             detail += " (the driver enumerates %d; a GPU fell off the bus or is not seated)" % count
-        out.append(check("gpu_count", FAIL, count, want, detail))
+        out.append(check_result("gpu_count", FAIL, count, want, detail))
     else:
-        out.append(check("gpu_count", PASS, count, want, "all GPUs visible"))
+        out.append(check_result("gpu_count", PASS, count, want, "all GPUs visible"))
     model = exp.get("gpu_model")
     wrong = ["GPU%s %s" % (g.get("index"), g.get("name")) for g in gpus
              if model and g.get("name") != model]
-    out.append(check("gpu_model", FAIL if wrong else PASS,
-                     sorted({g.get("name") for g in gpus}), model,
-                     "unexpected model: %s" % ", ".join(wrong) if wrong else "model matches"))
+    out.append(check_result("gpu_model", FAIL if wrong else PASS,
+                            sorted({g.get("name") for g in gpus}), model,
+                            "unexpected model: %s" % ", ".join(wrong) if wrong
+                            else "model matches"))
     drv = exp.get("driver_version")
     if drv:
         got = gpu.get("driver_version")
-        out.append(check("driver_version", PASS if got == drv else FAIL, got, drv,
-                         "driver matches the stack" if got == drv
-                         else "running driver is not the stack's"))
+        out.append(check_result("driver_version", PASS if got == drv else FAIL, got, drv,
+                                "driver matches the stack" if got == drv
+                                else "running driver is not the stack's"))
     for g in gpus:
         idx = g.get("index")
         ecc = g.get("ecc") or {}
@@ -95,46 +96,46 @@ def _gpu_checks(gpu, exp):
             bad.append("row remapping failed (RMA candidate)")
         if ecc.get("mode") is False:
             bad.append("ECC is disabled")
-        out.append(check("gpu%s_memory" % idx, FAIL if bad else PASS,
-                         {"volatile_uncorrectable": vol, "aggregate_uncorrectable": agg,
-                          "remap_pending": rows.get("pending")},
-                         "ECC on, 0 uncorrectable, no pending remap",
-                         "GPU%s: %s" % (idx, "; ".join(bad)) if bad else "memory healthy"))
+        out.append(check_result("gpu%s_memory" % idx, FAIL if bad else PASS,
+                                {"volatile_uncorrectable": vol, "aggregate_uncorrectable": agg,
+                                 "remap_pending": rows.get("pending")},
+                                "ECC on, 0 uncorrectable, no pending remap",
+                                "GPU%s: %s" % (idx, "; ".join(bad)) if bad else "memory healthy"))
         pcie = g.get("pcie") or {}
         w_cur, w_max = pcie.get("width_current"), pcie.get("width_max")
         g_cur, g_max = pcie.get("gen_current"), pcie.get("gen_max")
         want_w = exp.get("pcie_width") or w_max
         want_g = exp.get("pcie_gen") or g_max
         if w_cur is not None and want_w is not None and w_cur < want_w:
-            out.append(check("gpu%s_pcie" % idx, FAIL, "Gen%s x%s" % (g_cur, w_cur),
-                             "Gen%s x%s" % (want_g, want_w),
-                             "GPU%s PCIe link trained at x%s of x%s: reseat or check the riser"
-                             % (idx, w_cur, want_w)))
+            out.append(check_result("gpu%s_pcie" % idx, FAIL, "Gen%s x%s" % (g_cur, w_cur),
+                                    "Gen%s x%s" % (want_g, want_w),
+                                    "GPU%s PCIe link trained at x%s of x%s: reseat or check "
+                                    "the riser" % (idx, w_cur, want_w)))
         elif g_cur is not None and want_g is not None and g_cur < want_g:
             # GPUs drop the link generation when idle to save power: only a warning.
-            out.append(check("gpu%s_pcie" % idx, WARN, "Gen%s x%s" % (g_cur, w_cur),
-                             "Gen%s x%s" % (want_g, want_w),
-                             "GPU%s PCIe at Gen%s (max Gen%s); normal at idle, a fault under load"
-                             % (idx, g_cur, want_g)))
+            out.append(check_result("gpu%s_pcie" % idx, WARN, "Gen%s x%s" % (g_cur, w_cur),
+                                    "Gen%s x%s" % (want_g, want_w),
+                                    "GPU%s PCIe at Gen%s (max Gen%s); normal at idle, a fault "
+                                    "under load" % (idx, g_cur, want_g)))
         else:
-            out.append(check("gpu%s_pcie" % idx, PASS, "Gen%s x%s" % (g_cur, w_cur),
-                             "Gen%s x%s" % (want_g, want_w), "PCIe link at full width"))
+            out.append(check_result("gpu%s_pcie" % idx, PASS, "Gen%s x%s" % (g_cur, w_cur),
+                                    "Gen%s x%s" % (want_g, want_w), "PCIe link at full width"))
     if exp.get("persistence_mode", True):
         off = [g.get("index") for g in gpus if g.get("persistence_mode") is False]
-        out.append(check("persistence_mode", WARN if off else PASS,
-                         "off on GPU %s" % ", ".join(map(str, off)) if off else "on", "on",
-                         "persistence mode off: first CUDA call per job pays GPU init"
-                         if off else "persistence mode on"))
+        out.append(check_result("persistence_mode", WARN if off else PASS,
+                                "off on GPU %s" % ", ".join(map(str, off)) if off else "on", "on",
+                                "persistence mode off: first CUDA call per job pays GPU init"
+                                if off else "persistence mode on"))
     return out
 
 
 def _nvlink_checks(nvl, exp, gpu=None):
     want_links = exp.get("nvlink_links_per_gpu") or 0
     if not want_links:
-        return [check("nvlink", SKIP, None, 0, "profile has no NVLink")]
+        return [check_result("nvlink", SKIP, None, 0, "profile has no NVLink")]
     if not nvl or nvl.get("error"):
-        return [check("nvlink", FAIL, None, want_links, "cannot read NVLink status: %s"
-                      % ((nvl or {}).get("error") or "no output"))]
+        return [check_result("nvlink", FAIL, None, want_links, "cannot read NVLink status: %s"
+                             % ((nvl or {}).get("error") or "no output"))]
     out = []
     # A GPU nvidia-smi enumerates that `nvidia-smi nvlink -s` lists no link for has none this
     # OS can use (seen on a lent H200, an SXM part passed through alone: the command prints
@@ -144,13 +145,13 @@ def _nvlink_checks(nvl, exp, gpu=None):
     seen = [] if gpu.get("error") else [g.get("index") for g in gpu.get("gpus") or []]
     for idx in seen:
         if str(idx) not in listed:
-            out.append(check("gpu%s_nvlink" % idx, FAIL, 0, want_links,
-                             "GPU%s: nvidia-smi nvlink -s lists no NVLink (the profile wants %d)"
-                             % (idx, want_links)))
+            out.append(check_result("gpu%s_nvlink" % idx, FAIL, 0, want_links,
+                                    "GPU%s: nvidia-smi nvlink -s lists no NVLink (the profile "
+                                    "wants %d)" % (idx, want_links)))
     if not listed and not seen:
-        out.append(check("nvlink", FAIL, 0, want_links,
-                         "nvidia-smi nvlink -s lists no GPU's NVLinks (the profile wants %d "
-                         "per GPU)" % want_links))
+        out.append(check_result("nvlink", FAIL, 0, want_links,
+                                "nvidia-smi nvlink -s lists no GPU's NVLinks (the profile wants %d "
+                                "per GPU)" % want_links))
     speed = exp.get("nvlink_link_speed_gbps")
     for g in nvl.get("gpus") or []:
         idx = g.get("index")
@@ -161,7 +162,7 @@ def _nvlink_checks(nvl, exp, gpu=None):
                 and link["speed_gbps"] < speed * (1 - SPEED_TOLERANCE)]
         if g.get("status") == "all_inactive":
             detail = "GPU%s: all NVLinks inactive (fabric manager down, or a baseboard fault)" % idx
-            out.append(check("gpu%s_nvlink" % idx, FAIL, 0, want_links, detail))
+            out.append(check_result("gpu%s_nvlink" % idx, FAIL, 0, want_links, detail))
         elif len(up) < want_links or slow:
             parts = []
             if len(up) < want_links:
@@ -170,11 +171,11 @@ def _nvlink_checks(nvl, exp, gpu=None):
                     parts.append("down: link %s" % ", ".join(map(str, down)))
             if slow:
                 parts.append("below %s GB/s: link %s" % (speed, ", ".join(map(str, slow))))
-            out.append(check("gpu%s_nvlink" % idx, FAIL, len(up), want_links,
-                             "GPU%s: %s" % (idx, "; ".join(parts))))
+            out.append(check_result("gpu%s_nvlink" % idx, FAIL, len(up), want_links,
+                                    "GPU%s: %s" % (idx, "; ".join(parts))))
         else:
-            out.append(check("gpu%s_nvlink" % idx, PASS, len(up), want_links,
-                             "all links up at %s GB/s" % speed))
+            out.append(check_result("gpu%s_nvlink" % idx, PASS, len(up), want_links,
+                                    "all links up at %s GB/s" % speed))
     return out
 
 
@@ -182,10 +183,10 @@ def _ib_checks(ib, exp):
     want = exp.get("ib_hcas") or 0
     fabric = exp.get("fabric") or "infiniband"
     if not want or fabric == "ethernet":
-        return [check("ib_ports", SKIP, None, want, "profile has no RDMA NICs")]
+        return [check_result("ib_ports", SKIP, None, want, "profile has no RDMA NICs")]
     if not ib or ib.get("error"):
-        return [check("ib_ports", FAIL, 0, want, "cannot read RDMA devices: %s"
-                      % ((ib or {}).get("error") or "no /sys/class/infiniband"))]
+        return [check_result("ib_ports", FAIL, 0, want, "cannot read RDMA devices: %s"
+                             % ((ib or {}).get("error") or "no /sys/class/infiniband"))]
     layer = "Ethernet" if fabric == "roce" else "InfiniBand"
     rate = exp.get("ib_rate_gbps")
     out = []
@@ -208,11 +209,12 @@ def _ib_checks(ib, exp):
                 ", ".join(map(str, gids)) if gids else "none")
         if not problems:
             active += 1
-        out.append(check("ib_%s" % name.replace("/", "_port"), FAIL if problems else PASS,
-                         measured, "ACTIVE %s Gb/s" % rate,
-                         "%s: %s" % (name, "; ".join(problems)) if problems else "port healthy"))
-    out.append(check("ib_ports", PASS if active >= want else FAIL, active, want,
-                     "%d healthy %s port(s) of %d expected" % (active, layer, want)))
+        out.append(check_result("ib_%s" % name.replace("/", "_port"),
+                                FAIL if problems else PASS, measured, "ACTIVE %s Gb/s" % rate,
+                                "%s: %s" % (name, "; ".join(problems)) if problems
+                                else "port healthy"))
+    out.append(check_result("ib_ports", PASS if active >= want else FAIL, active, want,
+                            "%d healthy %s port(s) of %d expected" % (active, layer, want)))
     return out
 
 
@@ -237,26 +239,28 @@ def _gid_problems(gids, planned):
 
 def _xid_checks(xid):
     if xid is None:
-        return [check("xid", SKIP, None, "no fatal Xid", "kernel log not read")]
+        return [check_result("xid", SKIP, None, "no fatal Xid", "kernel log not read")]
     fatal = [e for e in xid.get("events") or [] if e.get("fatal")]
     if fatal:
         desc = ", ".join("Xid %s on %s" % (e.get("xid"), e.get("pci")) for e in fatal[:5])
-        return [check("xid", FAIL, len(fatal), 0,
-                      "fatal Xid errors since boot: %s; drain and reset/RMA" % desc)]
+        return [check_result("xid", FAIL, len(fatal), 0,
+                             "fatal Xid errors since boot: %s; drain and reset/RMA" % desc)]
     others = len(xid.get("events") or [])
-    return [check("xid", WARN if others else PASS, others, 0,
-                  "%d non-fatal Xid event(s) since boot" % others if others
-                  else "no Xid errors since boot")]
+    return [check_result("xid", WARN if others else PASS, others, 0,
+                         "%d non-fatal Xid event(s) since boot" % others if others
+                         else "no Xid errors since boot")]
 
 
 def _dcgm_checks(dcgm, exp):
     if dcgm is None:
         status = FAIL if exp.get("dcgm_required") else SKIP
-        return [check("dcgm_diag", status, None, "pass", "dcgmi not installed")]
+        return [check_result("dcgm_diag", status, None, "pass", "dcgmi not installed")]
     if dcgm.get("error"):
-        return [check("dcgm_diag", FAIL, None, "pass", "dcgmi diag failed: %s" % dcgm["error"])]
+        return [check_result("dcgm_diag", FAIL, None, "pass",
+                             "dcgmi diag failed: %s" % dcgm["error"])]
     failed = [t for t, r in (dcgm.get("results") or {}).items() if r == "Fail"]
-    return [check("dcgm_diag", FAIL if failed else PASS, "fail: %s" % ", ".join(failed)
-                  if failed else "pass", "pass",
-                  "DCGM level-%s diagnostic failed: %s" % (dcgm.get("level"), ", ".join(failed))
-                  if failed else "DCGM level-%s diagnostic passed" % dcgm.get("level"))]
+    return [check_result("dcgm_diag", FAIL if failed else PASS, "fail: %s" % ", ".join(failed)
+                         if failed else "pass", "pass",
+                         "DCGM level-%s diagnostic failed: %s"
+                         % (dcgm.get("level"), ", ".join(failed))
+                         if failed else "DCGM level-%s diagnostic passed" % dcgm.get("level"))]
