@@ -541,30 +541,39 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
          0o644),
     ]
     if group == "gpu_nodes":
-        out += [
-            # dkms comes with the OS on a real node (a dependency of NVIDIA's -dkms packages).
-            ("usr/sbin/dkms", tool_script("dkms"), 0o755),
-            # nvbandwidth is no package: a site builds it from NVIDIA/nvbandwidth's source and
-            # installs the binary, here where such a build goes.
-            ("usr/local/bin/nvbandwidth", tool_script("nvbandwidth"), 0o755),
-            ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
-             0o644),
-            ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
-            ("var/lib/gpu-sim", None, 0o755),
-            (SIM_KERNEL_LOG.lstrip("/"), kernel_log(parse_faults(faults)).encode(), 0o644),
-            # lspci as a real GPU node answers it; /usr/local/bin comes first on PATH (sudo's
-            # secure_path too), ahead of the image's pciutils.
-            ("usr/local/bin/lspci", _lspci_script(profile_json).encode(), 0o755),
-            # The device nodes the NVIDIA driver creates, made at every boot (/dev is a tmpfs).
-            ("usr/local/sbin/gpu-sim-devices", _devices_script(profile_json).encode(), 0o755),
-            (f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT.encode(), 0o644),
-            (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
-             f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
-        ]
-        out += _sysfs_tree(profile_json, faults)
-        out += kernel_files(parse_faults(faults), kernel)
-        if "imex_nodes" in profile_json:
-            out += imex_files(profile_json["imex_nodes"])
+        out += _gpu_node_files(profile_json, faults, kernel)
+    return out
+
+
+def _gpu_node_files(profile_json: Mapping[str, Any], faults: list[str],
+                    kernel: str) -> list[tuple[str, bytes | None, int]]:
+    """What a GPU node gets beyond every node's files: the stand-in tools, the hardware's
+    description and faults, the kernel log, sysfs trees and, on a multi-node NVLink node,
+    IMEX."""
+    out: list[tuple[str, bytes | None, int]] = [
+        # dkms comes with the OS on a real node (a dependency of NVIDIA's -dkms packages).
+        ("usr/sbin/dkms", tool_script("dkms"), 0o755),
+        # nvbandwidth is no package: a site builds it from NVIDIA/nvbandwidth's source and
+        # installs the binary, here where such a build goes.
+        ("usr/local/bin/nvbandwidth", tool_script("nvbandwidth"), 0o755),
+        ("etc/gpu-sim/profile.json", json.dumps(dict(profile_json), indent=2).encode(),
+         0o644),
+        ("etc/gpu-sim/faults", fault_file_text(faults).encode(), 0o644),
+        ("var/lib/gpu-sim", None, 0o755),
+        (SIM_KERNEL_LOG.lstrip("/"), kernel_log(parse_faults(faults)).encode(), 0o644),
+        # lspci as a real GPU node answers it; /usr/local/bin comes first on PATH (sudo's
+        # secure_path too), ahead of the image's pciutils.
+        ("usr/local/bin/lspci", _lspci_script(profile_json).encode(), 0o755),
+        # The device nodes the NVIDIA driver creates, made at every boot (/dev is a tmpfs).
+        ("usr/local/sbin/gpu-sim-devices", _devices_script(profile_json).encode(), 0o755),
+        (f"etc/systemd/system/{DEVICES_UNIT}", DEVICES_UNIT_TEXT.encode(), 0o644),
+        (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
+         f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
+    ]
+    out += _sysfs_tree(profile_json, faults)
+    out += kernel_files(parse_faults(faults), kernel)
+    if "imex_nodes" in profile_json:
+        out += imex_files(profile_json["imex_nodes"])
     return out
 
 
@@ -629,6 +638,7 @@ def sim_inventory_vars() -> dict[str, Any]:
         "provisioner_simulated": True,
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
+        "rdma_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
         "preflight_pci_sysfs_root": SIM_PCI_SYSFS,
         "gpu_validate_kernel_log": SIM_KERNEL_LOG,

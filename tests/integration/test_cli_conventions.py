@@ -361,7 +361,7 @@ def test_completion_of_stack_names(tmp_path: Path) -> None:
 
 def test_completion_of_profiles_commands_and_inventory_files(tmp_path: Path) -> None:
     assert "hgx-h100-8gpu" in complete("provisioner inspect --profile hgx", tmp_path)
-    assert complete("provisioner sim up --profile sim", tmp_path) == ["sim-h100-8gpu"]
+    assert complete("provisioner sim up --profile sim", tmp_path) == ["sim-gb200-4gpu", "sim-h100-8gpu"]
     assert complete("provisioner pla", tmp_path) == ["plan"]
     assert {"--inventory", "--output", "--json", "--quiet"} <= set(
         complete("provisioner plan --", tmp_path))

@@ -43,7 +43,10 @@ def test_every_gpu_of_a_domain_registers_in_one_partition(bundled: Bundled,
     other = xml_facts(bundled, tmp_path / "c", "sim-gpu-3", domain="rack-b")
     fabric = one["gpus"][0]["fabric"]
     assert fabric["state"] == "Completed" and fabric["status"] == "Success"
-    assert fabric["health"] == {"bandwidth": "Full"}
+    assert fabric["health"] == {
+        "summary": "Healthy", "bandwidth": "Full", "route_recovery_in_progress": "False",
+        "route_unhealthy": "False", "access_timeout_recovery": "False",
+        "incorrect_configuration": None, "partition_assigned": None}
     # The same clique and cluster on every node of rack-a, another on rack-b.
     assert {(g["fabric"]["clique_id"], g["fabric"]["cluster_uuid"])
             for g in one["gpus"] + two["gpus"]} == {(fabric["clique_id"], fabric["cluster_uuid"])}
@@ -73,15 +76,23 @@ def test_two_partitions_on_one_node_fail() -> None:
     assert "2 NVLink partitions" in checks["fabric_partition"]["detail"]
 
 
-def test_degraded_bandwidth_and_an_old_driver_fail() -> None:
-    gpus = [{"index": 0, "fabric": {"state": "Completed", "status": "Success", "clique_id": "2",
-                                    "cluster_uuid": "u", "health": {"bandwidth": "Degraded"}}},
-            {"index": 1, "fabric": None}]
+def test_unhealthy_fabric_fields_and_an_old_driver_fail() -> None:
+    def gpu(index: int, **health: str) -> dict[str, Any]:
+        return {"index": index, "fabric": {"state": "Completed", "status": "Success",
+                                           "clique_id": "2", "cluster_uuid": "u",
+                                           "health": {"summary": "Healthy", **health}}}
+
+    gpus = [gpu(0, bandwidth="Degraded"), {"index": 1, "fabric": None},
+            gpu(2, summary="Limited Capacity", route_unhealthy="True"),
+            gpu(3, bandwidth="Full", incorrect_configuration=None)]
     checks = by_name(fabric_checks({"gpus": gpus}))
     assert checks["gpu0_fabric"]["status"] == "fail"
     assert "bandwidth Degraded" in checks["gpu0_fabric"]["detail"]
     assert checks["gpu1_fabric"]["status"] == "fail"
     assert "no <fabric> block" in checks["gpu1_fabric"]["detail"]
+    assert checks["gpu2_fabric"]["detail"].endswith(
+        "fabric health: route_unhealthy True, summary Limited Capacity")
+    assert checks["gpu3_fabric"]["status"] == "pass"
 
 
 def test_the_fault_needs_a_multi_node_nvlink_profile() -> None:

@@ -144,7 +144,7 @@ def same_units(sim_text: str, real_text: str) -> int:
 
 def test_nvidia_smi_xml_a100(tmp_path: Path, bundled: Bundled) -> None:
     real_text = capture("nvidia-smi-xml", "a100-sxm4-80gb-mig-535.xml")
-    node(tmp_path, "hgx-a100-8gpu")
+    node(tmp_path, "hgx-a100-8gpu", driver="535.54.03")  # the capture's driver
     sim_text = sim_output(bundled, tmp_path, "nvidia_smi", "-q", "-x")
     sim, real = parse_nvidia_smi_xml(sim_text), parse_nvidia_smi_xml(real_text)
     assert differences(shape(sim), shape(real)) == []
@@ -313,7 +313,7 @@ def test_nvidia_smi_xml_h200_against_our_device_capture(tmp_path: Path, bundled:
     """Our own capture from a lent H200 (tests/fixtures/device-h200, driver 580.159.04): the
     simulated H200 node prints the same fields, with the same units, as the real one."""
     real_text = (ROOT / "tests/fixtures/device-h200/nvidia-smi-q-x.xml").read_text()
-    node(tmp_path, "hgx-h200-8gpu")
+    node(tmp_path, "hgx-h200-8gpu", driver="580.159.04")  # the capture's driver
     sim_text = sim_output(bundled, tmp_path, "nvidia_smi", "-q", "-x")
     sim, real = parse_nvidia_smi_xml(sim_text), parse_nvidia_smi_xml(real_text)
     assert differences(shape(sim), shape(real)) == []

@@ -23,9 +23,13 @@ PASS, FAIL = "pass", "fail"
 # What a registered GPU reports (nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_COMPLETED, and the
 # nvmlReturn_t of the registration, NVML_SUCCESS, as nvidia-smi prints them).
 FABRIC_DONE = ("Completed", "Success")
-# The fabric health values nvidia-smi prints when nothing is wrong; any other printed value of a
-# health field (for example bandwidth "Degraded") fails the GPU.
-HEALTHY = {"bandwidth": "Full"}
+# The fabric health values nvidia-smi prints when nothing is wrong (a registered GB200 tray's
+# R580 output: summary Healthy, bandwidth Full, the recovery and unhealthy flags False; NVML's
+# nvmlGpuFabricHealthMask and health summary); any other printed value of one of these fields
+# (bandwidth "Degraded", summary "Unhealthy" or "Limited Capacity", route_unhealthy "True")
+# fails the GPU. Fields printed N/A are not judged.
+HEALTHY = {"summary": "Healthy", "bandwidth": "Full", "route_recovery_in_progress": "False",
+           "route_unhealthy": "False", "access_timeout_recovery": "False"}
 
 
 def _gpu_fabric(gpu):

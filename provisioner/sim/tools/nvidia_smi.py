@@ -338,6 +338,7 @@ class Node:
         arch_key = ARCHITECTURE_ALIASES.get(arch_key, arch_key)
         unknown = dict(ARCHITECTURES["hopper"], display=arch_key.title(), mig=False)
         self.arch = ARCHITECTURES.get(arch_key, unknown)
+        self.arch_key = arch_key
         self.gpu_count = int(profile["gpu_count"])
         self.numa_count = int(profile.get("numa_nodes", 2 if self.gpu_count > 1 else 1))
         self.persistence = load_persistence(self.gpu_count)
@@ -652,24 +653,42 @@ def _power_xml(node: Node, gpu: Gpu) -> XmlTree:
     ]
 
 
+# The <fabric> block by driver generation, as real outputs print it: R535 (a captured A100 of
+# 535) only state and status; R580 (our H200 capture of 580.159.04, and a GB200 tray's of
+# 580.173.02) also cliqueId, clusterUuid and seven health fields, which a registered GPU's
+# reads as below. Branches between 535 and 580 print the R580 shape here (not verified).
+FABRIC_HEALTH_FIELDS = ("summary", "bandwidth", "route_recovery_in_progress", "route_unhealthy",
+                        "access_timeout_recovery", "incorrect_configuration",
+                        "partition_assigned")
+FABRIC_HEALTHY: XmlTree = [
+    ("summary", "Healthy"), ("bandwidth", "Full"), ("route_recovery_in_progress", "False"),
+    ("route_unhealthy", "False"), ("access_timeout_recovery", "False"),
+    *na("incorrect_configuration", "partition_assigned")]
+
+
 def _fabric_xml(node: Node, gpu: Gpu) -> XmlTree:
     """The GPU's NVLink fabric registration. On a multi-node NVLink profile every GPU of the
     domain reports one clique ID and cluster UUID (derived from the node's nvlink_domain, the
     same on every node of it), unless gpuN-fabric-in-progress holds its registration back; an
     NVSwitch baseboard registers with its own fabric manager (no cluster UUID)."""
-    if node.multi_node_nvlink:
-        if has_fault(gpu.faults, "fabric-in-progress"):
-            return [("state", "In Progress"), *na("status", "cliqueId", "clusterUuid"),
-                    ("health", na("bandwidth"))]
+    if node.multi_node_nvlink and has_fault(gpu.faults, "fabric-in-progress"):
+        block: XmlTree = [("state", "In Progress"), *na("status", "cliqueId", "clusterUuid"),
+                          ("health", na(*FABRIC_HEALTH_FIELDS))]
+    elif node.multi_node_nvlink:
         digest = hashlib.sha256(f"nvlink-domain:{node.nvlink_domain}".encode()).hexdigest()
         uuid = f"{digest[0:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
-        return [("state", "Completed"), ("status", "Success"),
-                ("cliqueId", str(int(digest[32:36], 16) % 32768)), ("clusterUuid", uuid),
-                ("health", [("bandwidth", "Full")])]
-    if node.nvswitch:
-        return [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
-                ("clusterUuid", "N/A"), ("health", [("bandwidth", "Full")])]
-    return [*na("state", "status", "cliqueId", "clusterUuid"), ("health", na("bandwidth"))]
+        block = [("state", "Completed"), ("status", "Success"),
+                 ("cliqueId", str(int(digest[32:36], 16) % 32768)), ("clusterUuid", uuid),
+                 ("health", FABRIC_HEALTHY)]
+    elif node.nvswitch and node.arch_key != "ampere":
+        # Hopper and later NVSwitch baseboards register with their fabric manager; an HGX A100
+        # reads N/A (the captured A100 of 535).
+        block = [("state", "Completed"), ("status", "Success"), ("cliqueId", "0"),
+                 ("clusterUuid", "N/A"), ("health", FABRIC_HEALTHY)]
+    else:
+        block = [*na("state", "status", "cliqueId", "clusterUuid"),
+                 ("health", na(*FABRIC_HEALTH_FIELDS))]
+    return block if node.driver_major >= 550 else block[:2]
 
 
 def _clocks_xml(node: Node, gpu: Gpu) -> XmlTree:
