@@ -132,3 +132,66 @@ def test_a_fault_drains_the_node_with_the_failing_check(cluster: Path) -> None:
     time.sleep(INTERVAL + 5)
     fields = node_fields(controller, node)
     assert fields.get("State") == "IDLE", fields
+
+
+def sacct_rows(controller: str) -> list[dict[str, str]]:
+    fields = ["JobID", "JobName", "State", "AllocTRES"]
+    out = on(controller, "sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+             "--starttime", "2020-01-01", "--format", ",".join(fields))
+    assert out.returncode == 0, out.stderr
+    return [dict(zip(fields, line.split("|"), strict=True)) for line in out.stdout.splitlines()
+            if line.strip()]
+
+
+def test_accounting_records_every_job_with_its_gpus_and_keeps_them_over_a_restart(
+        cluster: Path, runs_dir: Path) -> None:
+    """slurmdbd with MariaDB on the controller: the smoke job `up` ran through srun and a
+    2-GPU step are in sacct with gres/gpu in their TRES; sreport reads the database; the
+    database password is in slurmdbd.conf only (0600, slurm's) and in no run file; the records
+    outlive a restart of the controller node."""
+    g = groups(cluster)
+    controller = g["slurm_controller"][0]
+    two = on(controller, "srun", "-N1", "--gpus-per-node=2", "--time=1", "--job-name=gpuc-e2e-2gpu",
+             "true", timeout=90)
+    assert two.returncode == 0, two.stderr
+
+
+    def recorded_two() -> list[dict[str, str]] | None:
+        # slurmctld sends a finished job to slurmdbd on its own schedule (seconds).
+        rows = sacct_rows(controller)
+        return rows if any(r["JobName"] == "gpuc-e2e-2gpu" for r in rows) else None
+
+    rows = eventually("the 2-GPU job in sacct", recorded_two, timeout=60)
+    mine = [r for r in rows if r["JobName"] == "gpuc-e2e-2gpu"]
+    assert "gres/gpu=2" in mine[-1]["AllocTRES"].split(","), rows
+    # The smoke job of the session's first `up` (gpuc-smoke-<run>-<pass>): every GPU of its
+    # nodes, 8 a node.
+    smoke = [r for r in rows if r["JobName"].startswith("gpuc-smoke-")]
+    assert smoke and all(r["State"] == "COMPLETED" for r in smoke), rows
+    gpus = [int(t.split("=")[1]) for r in smoke for t in r["AllocTRES"].split(",")
+            if t.startswith("gres/gpu=")]
+    assert len(gpus) == len(smoke) and all(n % 8 == 0 and n >= 8 for n in gpus), smoke
+    # sreport reads slurmdbd's hourly roll-ups: on a cluster younger than an hour it prints the
+    # report with no row yet; without slurmdbd it cannot connect at all.
+    report = on(controller, "sreport", "cluster", "utilization")
+    assert report.returncode == 0 and "Cluster Utilization" in report.stdout, report.stderr
+    assert "Problem connecting to the database" not in report.stderr, report.stderr
+    mode = on(controller, "stat", "-c", "%a %U", "/etc/slurm/slurmdbd.conf").stdout.split()
+    assert mode == ["600", "slurm"], mode
+    conf = on(controller, "cat", "/etc/slurm/slurmdbd.conf").stdout
+    secret = next(line.split("=", 1)[1] for line in conf.splitlines()
+                  if line.startswith("StoragePass="))
+    assert len(secret) >= 32
+    leaked = subprocess.run(["grep", "-rl", "--", secret, str(runs_dir), str(cluster)],
+                            capture_output=True, text=True, check=False)
+    assert leaked.stdout == "", leaked.stdout
+    assert subprocess.run(["podman", "restart", "--time", "20", controller],
+                          capture_output=True, check=False).returncode == 0
+
+    def recorded() -> list[dict[str, str]] | None:
+        probe = on(controller, "sacct", "--allusers", "--allocations", "--noheader",
+                   "--parsable2", "--starttime", "2020-01-01", "--format", "JobName")
+        return probe.stdout.split() if probe.returncode == 0 and "gpuc-e2e-2gpu" in \
+            probe.stdout.split() else None
+
+    eventually("sacct answering after the controller's restart", recorded, timeout=120)
