@@ -217,7 +217,7 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
                        "systemctl start ssh.service; fi")
         script += "; " + net_slow_script(parse_faults(faults))
         podman.run(["exec", name, "sh", "-c", script])
-        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
+        podman.copy_into(name, buf.getvalue())
         say(f"{name}: faults now {', '.join(faults) if faults else 'none'}")
 
 
@@ -306,7 +306,7 @@ def _create_nodes(spec: SimSpec, image: str, fixed: Mapping[str, str], client_ke
                     # A node that reboots comes back (`podman stop` and `kill` stay stopped).
                     "--restart=always",
                     "--tmpfs", "/tmp", image])
-        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=payload)
+        podman.copy_into(name, payload)
         podman.run(["start", name])
         known_hosts.append((name, host_pub))
         say(f"started {name} ({group})")
@@ -360,7 +360,7 @@ def _install_kernel_packages(spec: SimSpec, kernel: str, say: Progress) -> None:
         for deb in debs:
             _add_file(tar, f"var/cache/gpu-sim/kernel/{deb.name}", deb.read_bytes(), 0o644)
     for name, _group in spec.node_names():
-        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=buf.getvalue())
+        podman.copy_into(name, buf.getvalue())
         podman.run(["exec", name, "sh", "-c",
                     "dpkg -i /var/cache/gpu-sim/kernel/*.deb >/dev/null"])
     say(f"kernel packages installed: {', '.join(p.name for p in packages)}")

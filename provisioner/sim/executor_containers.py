@@ -97,7 +97,7 @@ def up(count: int, say: Progress) -> dict[str, str]:
         podman.run(["create", "--name", name, "--hostname", name, "--network", NETWORK,
                     "--ip", address, *_label_args(), "--systemd=always", "--privileged",
                     *mounts, image])
-        podman.run(["cp", "--archive=false", "-", f"{name}:/"], input_bytes=payload)
+        podman.copy_into(name, payload)
         podman.run(["start", name])
         addresses[name] = address
         known.append(f"{name},{address} {host_pub}")

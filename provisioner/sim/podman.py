@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,3 +82,16 @@ def inspect(kind: str, name: str) -> dict[str, Any] | None:
         return None
     data = json.loads(proc.stdout)
     return data[0] if data else None
+
+
+def copy_into(container: str, archive: bytes) -> None:
+    """Unpack a tar archive at the container's root (`podman cp -`), sent without the zero
+    blocks that pad it after its end-of-archive marker. podman 4.3's extraction stops reading
+    at that marker and closes its end of the pipe: several kilobytes of padding still to write
+    then fail the copy with "io: read/write on closed pipe" (Python's tarfile pads every archive
+    to 10 KiB, so whether it failed depended on the archive's size)."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as reader:
+        reader.getmembers()
+        end = reader.offset  # where the last member's data ends: the end-of-archive marker
+    run(["cp", "--archive=false", "-", f"{container}:/"],
+        input_bytes=archive[:end] + b"\0" * (2 * tarfile.BLOCKSIZE))

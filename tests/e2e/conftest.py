@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 # Modules that build clusters of another shape (other OS, other node count): they run after
 # every module of the shared cluster, which they replace.
 OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py",
-                       "test_multi_node_nvlink_e2e.py")
+                       "test_multi_node_nvlink_e2e.py", "test_roce_e2e.py")
 
 
 # The extended tier (`make e2e-extended`, not part of `make test`): `make test` must finish
@@ -69,6 +69,8 @@ EXTENDED = (
     # 5-8 (estimated before its first run): a GB200-style cluster of its own, one `up` and
     # three validate runs
     "test_multi_node_nvlink_e2e.py",
+    # 4-6 (estimated before its first run): a RoCE cluster of its own, two `up`s and a validate
+    "test_roce_e2e.py",
 )
 
 
@@ -181,6 +183,25 @@ def _resume_drained(inventory: Path) -> None:
     for node in sorted(set(out.stdout.split())):
         subprocess.run([podman, "exec", controllers[0], "scontrol", "update", f"NodeName={node}",
                         "State=RESUME"], capture_output=True, timeout=60, check=False)
+
+
+def sim_up_profile(cli: Callable[..., subprocess.CompletedProcess[str]], inv: Path,
+                   profile: str, *faults: str, fresh: bool = False) -> None:
+    """`sim up` of a 3-node cluster (a login node and two GPU nodes) of ``profile`` with
+    ``faults``; ``fresh``: new nodes even where a cluster of that shape runs."""
+    out = cli("sim", "up", "--profile", profile, "--nodes", "3", "--inventory-dir", str(inv),
+              *[arg for fault in faults for arg in ("--fault", fault)],
+              *(["--recreate"] if fresh else []))
+    assert out.returncode == 0, out.stderr + out.stdout
+
+
+def own_cluster(cli: Callable[..., subprocess.CompletedProcess[str]], inv: Path,
+                profile: str) -> Path:
+    """A module's own fresh cluster of ``profile``, brought up without the smoke job."""
+    sim_up_profile(cli, inv, profile, fresh=True)
+    out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
+    return inv
 
 
 def podman_exec(node: str, script: str) -> subprocess.CompletedProcess[str]:

@@ -15,18 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import newest_report, node_diagnostics, podman_exec
+from tests.e2e.conftest import newest_report, own_cluster, podman_exec, sim_up_profile
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = pytest.mark.e2e
 TRAYS = ("sim-gpu-1", "sim-gpu-2")
 
 
-def sim_up(cli: Cli, inv: Path, *faults: str, fresh: bool = False) -> None:
-    out = cli("sim", "up", "--profile", "sim-gb200-4gpu", "--nodes", "3", "--inventory-dir",
-              str(inv), *[arg for f in faults for arg in ("--fault", f)],
-              *(["--recreate"] if fresh else []))
-    assert out.returncode == 0, out.stderr + out.stdout
+def sim_up(cli: Cli, inv: Path, *faults: str) -> None:
+    sim_up_profile(cli, inv, "sim-gb200-4gpu", *faults)
 
 
 def checks(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -37,10 +34,7 @@ def checks(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
 @pytest.fixture(scope="module")
 def domain(cli: Cli, tmp_path_factory: pytest.TempPathFactory, runs_dir: Path) -> Path:
     inv = tmp_path_factory.mktemp("inv-gb200")
-    sim_up(cli, inv, fresh=True)
-    out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr + node_diagnostics()
-    return inv
+    return own_cluster(cli, inv, "sim-gb200-4gpu")
 
 
 def test_a_healthy_domain_passes_fabric_and_imex(domain: Path, runs_dir: Path) -> None:

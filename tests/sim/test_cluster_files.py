@@ -369,3 +369,30 @@ def test_every_node_boots_with_its_interface_at_the_line_rate_or_its_fault(
     boot = files(group, faults)["usr/local/sbin/gpu-sim-boot"][0] or b""
     assert b"rate=$(cat /etc/gpu-sim/eth0-rate-mbit)" in boot
     assert b"tc qdisc replace dev eth0 root tbf rate ${rate}mbit" in boot
+
+
+def test_an_archive_is_copied_in_without_its_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """podman 4.3's `cp -` closes its pipe at the end-of-archive marker: the archive goes without
+    the zero padding after it, its members intact."""
+    import io
+    import tarfile
+
+    from provisioner.sim import podman
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for index in range(60):
+            data = b"x\n" if index % 2 else b"ends in zeros\0\0\0"
+            info = tarfile.TarInfo(f"many/f{index}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    padded = buf.getvalue()
+    sent: list[bytes] = []
+    monkeypatch.setattr(podman, "run", lambda args, input_bytes=None, **_: sent.append(
+        input_bytes or b""))
+    podman.copy_into("n1", padded)
+    assert len(padded) % 10240 == 0 and len(sent[0]) < len(padded)
+    assert len(sent[0]) % 512 == 0 and sent[0].endswith(b"\0" * 1024)
+    with tarfile.open(fileobj=io.BytesIO(sent[0])) as back:
+        assert [m.name for m in back.getmembers()] == [f"many/f{i}" for i in range(60)]
+        assert back.extractfile("many/f0").read() == b"ends in zeros\0\0\0"  # type: ignore[union-attr]

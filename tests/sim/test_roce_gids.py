@@ -104,3 +104,35 @@ def test_the_fault_is_a_roce_ports() -> None:
                                          "RoCE port's"):
         validate_faults(["sim-gpu-1:mlx5_0-no-ipv4-gid"], H100, ["sim-gpu-1"])
     assert validate_faults(["sim-gpu-1:mlx5_0-no-ipv4-gid"], L40S, ["sim-gpu-1"])
+
+
+def test_the_nodes_gid_index_is_the_ipv4_entry_every_roce_port_has(tmp_path: Path) -> None:
+    """rdma_gid_index's policy (the rdma role's NCCL_IB_GID_INDEX auto) on the simulated table."""
+    from gpucluster.ib_sysfs import roce_gid_index
+
+    write_ib_sysfs(tmp_path / "ok", L40S, [])
+    assert roce_gid_index(read_ib_sysfs(str(tmp_path / "ok"))) == {
+        "index": 3, "ports": {"mlx5_0/1": [3], "mlx5_1/1": [3]}, "problem": None}
+    write_ib_sysfs(tmp_path / "bare", L40S, ["mlx5_1-no-ipv4-gid"])
+    bare = roce_gid_index(read_ib_sysfs(str(tmp_path / "bare")))
+    assert bare["index"] is None
+    assert bare["problem"] == ("no RoCE v2 IPv4-mapped GID on mlx5_1/1 (its network interface "
+                               "has no IPv4 address)")
+    write_ib_sysfs(tmp_path / "ib", dict(H100, hostname="n"), [])
+    assert roce_gid_index(read_ib_sysfs(str(tmp_path / "ib")))["problem"].startswith(
+        "no RoCE (Ethernet link layer) port under ")
+
+
+def test_ports_without_a_common_index_have_none() -> None:
+    from gpucluster.ib_sysfs import roce_gid_index
+
+    ib = {"devices": [{"name": "mlx5_0", "ports": [
+        {"number": 1, "link_layer": "Ethernet", "roce_v2_ipv4_gids": [3, 5]}]},
+        {"name": "mlx5_1", "ports": [
+            {"number": 1, "link_layer": "Ethernet", "roce_v2_ipv4_gids": [2]}]}]}
+    got = roce_gid_index(ib)
+    assert got["index"] is None
+    assert got["problem"] == ("the RoCE ports' RoCE v2 IPv4 GIDs share no index: mlx5_0/1 3,5; "
+                              "mlx5_1/1 2")
+    ib["devices"][1]["ports"][0]["roce_v2_ipv4_gids"] = [5, 3]
+    assert roce_gid_index(ib)["index"] == 3

@@ -203,3 +203,32 @@ def parse_ib_sysfs_flat(text: str) -> dict[str, Any]:
     if not files:
         raise ParseError("no '<device>/<file>: <content>' lines found")
     return {"root": None, "devices": _devices(files)}
+
+
+def roce_gid_index(ib: dict[str, Any]) -> dict[str, Any]:
+    """The GID index NCCL_IB_GID_INDEX should name on this node (one value for every port):
+    the lowest index that is a RoCE v2 IPv4-mapped entry on every RoCE port, from
+    read_ib_sysfs's facts. ``{"index": N or None, "ports": {"mlx5_0/1": [3], ...},
+    "problem": None or one line}``."""
+    ports = {}
+    for device in ib.get("devices") or []:
+        for port in device.get("ports") or []:
+            if port.get("link_layer") == "Ethernet":
+                ports["%s/%s" % (device.get("name"), port.get("number"))] = (
+                    port.get("roce_v2_ipv4_gids") or [])
+    problem = None
+    index = None
+    if not ports:
+        problem = "no RoCE (Ethernet link layer) port under %s" % ib.get("root", DEFAULT_ROOT)
+    elif any(not gids for gids in ports.values()):
+        bare = sorted(name for name, gids in ports.items() if not gids)
+        problem = ("no RoCE v2 IPv4-mapped GID on %s (its network interface has no IPv4 "
+                   "address)" % ", ".join(bare))
+    else:
+        common = set.intersection(*(set(gids) for gids in ports.values()))
+        if common:
+            index = min(common)
+        else:
+            problem = "the RoCE ports' RoCE v2 IPv4 GIDs share no index: %s" % "; ".join(
+                "%s %s" % (name, ",".join(map(str, gids))) for name, gids in sorted(ports.items()))
+    return {"index": index, "ports": ports, "problem": problem}
