@@ -67,6 +67,14 @@ CONTRACT: dict[str, dict[str, Any]] = {
                        "description": "the GRES type of the GPUs in slurm.conf, where the "
                                       "short name of the profile's GPU model is not the one "
                                       "NVML reports"},
+    "slurm_switch": {"type": "str",
+                     "description": "the leaf switch the compute node is cabled to: Slurm's "
+                                    "topology.conf groups the nodes by it (every compute node "
+                                    "names one, or none does)"},
+    # Read by the plan: the NVLink domain of a multi-node NVLink host (plan._add_nvlink_domains).
+    "nvlink_domain": {"type": "str",
+                      "description": "the NVLink domain (e.g. the GB200 NVL72 rack) of a host "
+                                     "whose profile has multi-node NVLink"},
     # Overrides of the stack's versions; each is checked by the stack rules (matrix/resolve.py).
     "nvidia_driver_version": {"type": "str", "description": "driver version override"},
     "nvidia_driver_module_flavor": {"type": "str", "choices": ["open", "proprietary"],

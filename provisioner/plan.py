@@ -12,6 +12,7 @@ inventory; plain Ansible does the same by hand::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import date
@@ -192,6 +193,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
     _add_cpu_hosts(plan, matrix, gpu_fabrics)
     _add_nvlink_domains(plan)
+    _check_switches(plan)
     plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
     try:
@@ -274,6 +276,28 @@ def _add_nvlink_domains(plan: ClusterPlan) -> None:
             f"{', ...' if len(unnamed) > 5 else ''}) name no nvlink_domain: they are judged as "
             "one NVLink domain, \"default\" (set nvlink_domain, e.g. the rack, where there are "
             "several)")
+
+
+_SWITCH_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _check_switches(plan: ClusterPlan) -> None:
+    """slurm_switch (a compute node's leaf switch: Slurm's topology.conf) on every GPU node or
+    on none, each a plain name: checked here so that a half-described tree stops the run
+    before any host changes (the scheduler phase builds the tree from the same values)."""
+    where = f"inventory {plan.inventory.source}"
+    named = {name: plan.inventory.hosts[name].vars.get("slurm_switch")
+             for name, host in plan.hosts.items() if host.kind == "gpu"}
+    for name, switch in named.items():
+        if switch is not None and (not isinstance(switch, str)
+                                   or not _SWITCH_NAME.match(switch)):
+            raise InputError(f"{where}: host {name}: slurm_switch must be a switch name "
+                             f"(letters, digits, _, . or -), got {switch!r}")
+    missing = [name for name, switch in named.items() if switch is None]
+    if missing and len(missing) < len(named):
+        raise InputError(f"{where}: slurm_switch is set on some GPU nodes but not on "
+                         f"{', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}: "
+                         "give every compute node its leaf switch, or none")
 
 
 def _flag(host: str, hostvars: Mapping[str, Any], name: str) -> bool:

@@ -26,6 +26,7 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = [pytest.mark.e2e]
 
 INTERVAL = 10  # seconds between two health checks of slurmd
+LEAVES = {"sim-gpu-1": "leaf1", "sim-gpu-2": "leaf2"}
 FAULT = "gpu3-nvlink-down"
 
 def groups(inventory: Path) -> dict[str, list[str]]:
@@ -59,8 +60,10 @@ def cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp,
     inv = heal(cli, sim_inventory, first_up)
     assert groups(inv).get("slurm_controller"), "the simulated inventory has no [slurm_controller]"
     override = inv / "slurm-e2e.yml"
-    override.write_text(yaml.safe_dump({"all": {"vars": {
-        "slurm_controller_health_check_interval": INTERVAL}}}))
+    # Each GPU node under its own leaf switch: topology.conf and topology/tree.
+    override.write_text(yaml.safe_dump({"all": {
+        "vars": {"slurm_controller_health_check_interval": INTERVAL},
+        "hosts": {node: {"slurm_switch": LEAVES[node]} for node in LEAVES}}}))
     try:
         out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke")
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr
@@ -84,6 +87,24 @@ def test_sinfo_lists_every_gpu_node_idle_with_its_gres(cluster: Path) -> None:
     eventually("every GPU node idle with gpu:h100:8", rows, timeout=60)
     partitions = on(controller, "sinfo", "-h", "-o", "%P").stdout.split()
     assert partitions == ["gpu*", "sim-h100-8gpu"], partitions
+
+
+def test_the_switch_tree_is_written_and_slurm_reads_it(cluster: Path) -> None:
+    g = groups(cluster)
+    controller = g["slurm_controller"][0]
+    conf = on(controller, "cat", "/etc/slurm/topology.conf").stdout
+    assert [line for line in conf.splitlines() if line.startswith("SwitchName=")] == [
+        "SwitchName=leaf1 Nodes=sim-gpu-1", "SwitchName=leaf2 Nodes=sim-gpu-2",
+        "SwitchName=spine Switches=leaf1,leaf2"]
+    for node in g["gpu_nodes"]:
+        assert on(node, "cat", "/etc/slurm/topology.conf").stdout == conf
+    shown = on(controller, "scontrol", "show", "topology")
+    assert shown.returncode == 0, shown.stderr
+    rows = {line.split()[0]: line for line in shown.stdout.splitlines() if line.strip()}
+    assert "Nodes=sim-gpu-1" in rows["SwitchName=leaf1"], shown.stdout
+    assert "Nodes=sim-gpu-2" in rows["SwitchName=leaf2"], shown.stdout
+    assert "Switches=leaf[1-2]" in rows["SwitchName=spine"] or \
+        "Switches=leaf1,leaf2" in rows["SwitchName=spine"], shown.stdout
 
 
 def test_srun_runs_on_two_nodes(cluster: Path) -> None:
