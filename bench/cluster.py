@@ -3,7 +3,7 @@
 Per node count: `provisioner up --skip-smoke` (preflight + stack + fabric + validate) first run
 and idempotent rerun, the stack phase's own time in each, and the floor: the same package
 work (repository key + source, apt pins, update, install of the pinned stack, hold) done by a
-plain shell script over SSH, in parallel, on fresh nodes (the issue's baseline) and again on
+plain shell script over SSH, in parallel, on fresh nodes (the baseline) and again on
 the converged nodes (what an idempotent rerun cannot beat). On one node count also: the rerun
 under stock Ansible settings, one node made unreachable during `validate`, and a profiled
 rerun (profile_tasks/profile_roles, see profiling.py).
@@ -128,11 +128,11 @@ def phase_durations(runs: Path) -> dict[str, float]:
             if p.get("duration_s") is not None}
 
 
-# The phases the issue's "first `up`" names (preflight + stack + fabric + validate). `up
-# --skip-smoke` on the simulated cluster also runs the monitoring phase (node_health on every
-# node, Prometheus on one), which came later (the day-two issue): the wall time includes it, this
-# sum does not.
-ISSUE_UP_PHASES = ("preflight", "stack", "fabric", "validate")
+# The bring-up phases (preflight + stack + fabric + validate), the first `up`'s target covers.
+# `up --skip-smoke` on the simulated cluster also runs the day-two phases (monitoring:
+# node_health on every node, Prometheus on one; the scheduler): the wall time includes them,
+# this sum does not.
+BRINGUP_PHASES = ("preflight", "stack", "fabric", "validate")
 
 
 def _up(inv: Path, runs: Path,
@@ -193,8 +193,8 @@ def cluster_bench(node_counts: list[int], profile: bool) -> dict[str, Any]:
                                    "stack_first_s": first_phases.get("stack"),
                                    "stack_rerun_s": rerun_phases.get("stack"),
                                    "up_first_phases_s": first_phases,
-                                   "up_first_issue_phases_s": round(sum(
-                                       first_phases.get(name, 0.0) for name in ISSUE_UP_PHASES), 1)}
+                                   "up_first_bringup_phases_s": round(sum(
+                                       first_phases.get(name, 0.0) for name in BRINGUP_PHASES), 1)}
             if n == special:
                 stock, stock_phases = _up(inv, runs, STOCK_ENV)
                 row.update(up_rerun_stock_s=round(stock, 1), stack_rerun_stock_s=stock_phases.get("stack"))
@@ -211,7 +211,7 @@ def cluster_bench(node_counts: list[int], profile: bool) -> dict[str, Any]:
 
 
 def headline(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str, str]]:
-    """The issue's cluster keys from ``cluster_bench``'s result, and why any is missing."""
+    """The headline cluster keys from ``cluster_bench``'s result, and why any is missing."""
     rows = result["nodes"]
     keys: dict[str, float | None] = {}
     why: dict[str, str] = {}
@@ -236,10 +236,10 @@ def headline(result: dict[str, Any]) -> tuple[dict[str, float | None], dict[str,
     keys["up_3_nodes_s"] = rows.get("3", {}).get("up_first_s")
     if keys["up_3_nodes_s"] is None:
         why["up_3_nodes_s"] = "needs node count 3 (--nodes)"
-    # The same run's preflight + stack + fabric + validate phases only (ISSUE_UP_PHASES).
-    keys["up_3_nodes_issue_phases_s"] = rows.get("3", {}).get("up_first_issue_phases_s")
-    if keys["up_3_nodes_issue_phases_s"] is None:
-        why["up_3_nodes_issue_phases_s"] = "needs node count 3 (--nodes)"
+    # The same run's preflight + stack + fabric + validate phases only (BRINGUP_PHASES).
+    keys["up_3_nodes_bringup_phases_s"] = rows.get("3", {}).get("up_first_bringup_phases_s")
+    if keys["up_3_nodes_bringup_phases_s"] is None:
+        why["up_3_nodes_bringup_phases_s"] = "needs node count 3 (--nodes)"
     keys["unreachable_node_cost_s"] = result.get("unreachable", {}).get("cost_s")
     if keys["unreachable_node_cost_s"] is None:
         why["unreachable_node_cost_s"] = "not measured"

@@ -35,7 +35,7 @@ def _env() -> dict[str, str]:
 
 
 def uniform_inventory(hosts: int) -> dict[str, Any]:
-    """The inventory the issue's baseline was measured on: one profile, no overrides."""
+    """The inventory the baseline was measured on: one profile, no overrides."""
     entries = {f"gpu-{i:04d}": {"ansible_host": f"gpu-{i:04d}.invalid",
                                 "gpu_profile": "hgx-h100-8gpu"} for i in range(hosts)}
     return {"all": {"children": {"gpu_nodes": {"hosts": entries}}}}

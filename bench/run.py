@@ -35,7 +35,8 @@ from bench import controller, node_health  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
-# The issue's table: what the previous session measured ("now") and the target.
+# The headline figures: the value of each before the work that measures it began ("now"), and
+# its target.
 HEADLINE = (
     # key, what, now, target
     ("stack_rerun_over_floor", "idempotent stack rerun / raw-shell floor, 1 node", 8.9, 2.0),
@@ -111,7 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.no_profile:
             why["profile"] = "not measured: --no-profile"
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    # The headline keys first, at the top level, as the issue names them.
+    # The headline keys first, at the top level.
     return {**{k: keys[k] for k in keys}, "not_measured": why,
             "targets": {k: target for k, _w, _n, target in HEADLINE},
             "previous": {k: now for k, _w, now, _t in HEADLINE}, **result}
@@ -175,10 +176,10 @@ def report(data: dict[str, Any]) -> str:
               _cell(nh[f"{mode}_checks"])) for mode in ("quick", "full")])
     cl = data.get("cluster")
     if cl:
-        cols = ("up_first_s", "up_first_issue_phases_s", "up_rerun_s", "stack_first_s",
+        cols = ("up_first_s", "up_first_bringup_phases_s", "up_rerun_s", "stack_first_s",
                 "stack_rerun_s", "up_rerun_stock_s", "floor_fresh_s", "floor_converged_s")
         text += "\n" + table(
-            "SIMULATED cluster (s): up = `up --skip-smoke`; issue_phases = its preflight + stack "
+            "SIMULATED cluster (s): up = `up --skip-smoke`; bringup_phases = its preflight + stack "
             "+ fabric + validate (no monitoring); stack = its package phase; stock = the "
             "rerun under ansible-core's default settings; floor = the same package work by a "
             "plain script over SSH (fresh / converged nodes)",

@@ -71,13 +71,13 @@ def test_headline_keys_come_from_the_node_rows_with_reasons_for_gaps() -> None:
     result = {"special_nodes": 3, "nodes": {
         "1": {"up_first_s": 40.0, "up_rerun_s": 20.0, "stack_rerun_s": 6.0,
               "floor_fresh_s": 3.0},
-        "3": {"up_first_s": 24.0, "up_first_issue_phases_s": 19.5, "up_rerun_s": 25.0,
+        "3": {"up_first_s": 24.0, "up_first_bringup_phases_s": 19.5, "up_rerun_s": 25.0,
               "up_rerun_stock_s": 60.0}},
         "unreachable": {"cost_s": 9.5}}
     keys, why = cluster.headline(result)
     assert keys == {"stack_rerun_over_floor": 2.0, "rerun_8_over_1": None,
                     "tuned_over_stock": 0.42, "up_3_nodes_s": 24.0,
-                    "up_3_nodes_issue_phases_s": 19.5, "unreachable_node_cost_s": 9.5}
+                    "up_3_nodes_bringup_phases_s": 19.5, "unreachable_node_cost_s": 9.5}
     assert why == {"rerun_8_over_1": "needs node counts 1 and 8 (--nodes)"}
 
 
@@ -108,7 +108,7 @@ def test_the_mixed_inventory_plans(tmp_path: Path) -> None:
         "hgx-h100-8gpu", "hgx-h200-8gpu", "hgx-b200-8gpu"}
 
 
-def test_the_issue_phases_are_summed_from_the_report(tmp_path: Path) -> None:
+def test_the_bringup_phases_are_summed_from_the_report(tmp_path: Path) -> None:
     import json
 
     run = tmp_path / "20261126-000000-abcd"
@@ -120,7 +120,7 @@ def test_the_issue_phases_are_summed_from_the_report(tmp_path: Path) -> None:
     phases = cluster.phase_durations(tmp_path)
     assert phases == {"preflight": 1.5, "stack": 10.0, "fabric": 4.0, "validate": 2.0,
                       "monitoring": 7.0}
-    assert sum(phases[p] for p in cluster.ISSUE_UP_PHASES) == 17.5
+    assert sum(phases[p] for p in cluster.BRINGUP_PHASES) == 17.5
 
 
 def test_the_node_health_bench_runs_both_modes_on_a_healthy_simulated_node() -> None:
