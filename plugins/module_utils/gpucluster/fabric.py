@@ -40,8 +40,8 @@ def _gpu_fabric(gpu):
     want = "%s / %s" % FABRIC_DONE
     if fabric is None:
         return check_result(name, FAIL, None, want,
-                            "GPU%s: nvidia-smi -q -x shows no <fabric> block (a driver before R550 "
-                            "cannot join a multi-node NVLink domain)" % idx), None
+                            "GPU%s: nvidia-smi -q -x shows no <fabric> block: this driver does "
+                            "not report the GPU's NVLink fabric registration" % idx), None
     state, status = fabric.get("state"), fabric.get("status")
     measured = "%s / %s" % (state or "N/A", status or "N/A")
     if (state, status) != FABRIC_DONE:
