@@ -165,7 +165,7 @@ def sacct_rows(controller: str) -> list[dict[str, str]]:
 
 
 def test_accounting_records_every_job_with_its_gpus_and_keeps_them_over_a_restart(
-        cluster: Path, runs_dir: Path) -> None:
+        cluster: Path, runs_dir: Path, first_up: FirstUp) -> None:
     """slurmdbd with MariaDB on the controller: the smoke job `up` ran through srun and a
     2-GPU step are in sacct with gres/gpu in their TRES; sreport reads the database; the
     database password is in slurmdbd.conf only (0600, slurm's) and in no run file; the records
@@ -185,9 +185,10 @@ def test_accounting_records_every_job_with_its_gpus_and_keeps_them_over_a_restar
     rows = eventually("the 2-GPU job in sacct", recorded_two, timeout=60)
     mine = [r for r in rows if r["JobName"] == "gpuc-e2e-2gpu"]
     assert "gres/gpu=2" in mine[-1]["AllocTRES"].split(","), rows
-    # The smoke job of the session's first `up` (gpuc-smoke-<run>-<pass>): every GPU of its
-    # nodes, 8 a node.
-    smoke = [r for r in rows if r["JobName"].startswith("gpuc-smoke-")]
+    # The smoke job of the session's first `up` (gpuc-smoke-<run>-<pass>; later tests' runs
+    # kill nodes under theirs): every GPU of its nodes, 8 a node.
+    run = first_up.report["run_id"]
+    smoke = [r for r in rows if r["JobName"].startswith(f"gpuc-smoke-{run}-")]
     assert smoke and all(r["State"] == "COMPLETED" for r in smoke), rows
     gpus = [int(t.split("=")[1]) for r in smoke for t in r["AllocTRES"].split(",")
             if t.startswith("gres/gpu=")]
