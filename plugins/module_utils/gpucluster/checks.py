@@ -9,6 +9,9 @@ gpuc-health.
 
 from __future__ import annotations
 
+# A check's status, the same words in every policy.
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
 
 def check_result(name, status, measured, expected, detail):
     """One check: its name, status (pass, fail, warn, skip), what was measured, what was

@@ -31,10 +31,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .checks import check_result
+from .checks import FAIL, PASS, SKIP, WARN, check_result
 from .pci_aer import TOTAL, read_functions
-
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 
 PER_HOUR = "per hour"
 BETWEEN_READINGS = "between two readings"

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import json
 
-from .checks import check_result
+from .checks import FAIL, PASS, check_result
 
-PASS, FAIL = "pass", "fail"
 # What a registered GPU reports (nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_COMPLETED, and the
 # nvmlReturn_t of the registration, NVML_SUCCESS, as nvidia-smi prints them).
 FABRIC_DONE = ("Completed", "Success")

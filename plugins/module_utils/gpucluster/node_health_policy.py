@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 import time
 
-from .checks import check_result
-from .validate import FAIL, PASS, SKIP, WARN, evaluate
+from .checks import FAIL, PASS, SKIP, WARN, check_result
+from .validate import evaluate
 
 HEALTHY, DEGRADED, UNHEALTHY, UNKNOWN = 0, 1, 2, 3
 STATUS_NAMES = {HEALTHY: "healthy", DEGRADED: "degraded", UNHEALTHY: "unhealthy",

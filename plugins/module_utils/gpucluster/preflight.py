@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .checks import check_result
-
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+from .checks import FAIL, PASS, SKIP, WARN, check_result
 
 # PCI class codes (the PCI-SIG's class code table, as lspci -nn and sysfs show them): 0300 VGA,
 # 0302 3D controller (data-center GPUs); NVSwitch shows as a bridge (0680).

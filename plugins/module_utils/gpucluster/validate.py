@@ -7,11 +7,10 @@ Every check names the GPU or port it is about and carries measured vs expected v
 
 from __future__ import annotations
 
-from .checks import check_result
+from .checks import FAIL, PASS, SKIP, WARN, check_result
 from .counters import counter_checks
 from .fabric import fabric_checks, imex_checks
 
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
 
