@@ -22,7 +22,7 @@ import re
 import textwrap
 import typing
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -466,8 +466,27 @@ def check_name(name: str) -> None:
         raise InputError("detect: the profile needs a name")
 
 
-def detect_profile(paths: Sequence[Path], name: str) -> Detected:
+def _from_silence(out: _Collector, fmt: str, where: str) -> None:
+    """What a live node shows by a tool that answered and printed nothing: ``nvidia-smi nvlink
+    -s`` exits 0 silent where no GPU lists an NVLink (a PCIe card, or one SXM GPU passed through
+    alone, as a lent H200 showed); no RDMA device under /sys/class/infiniband (no adapter, or
+    its driver not loaded) leaves the GPUs' traffic between nodes to TCP."""
+    if fmt == NVIDIA_SMI_NVLINK and out.facts.get("gpu_count"):
+        out.put("nvlink_links_per_gpu", 0, where, "no GPU lists an NVLink")
+        out.put("nvlink_link_speed_gbps", 0.0, where, "no GPU lists an NVLink")
+    elif fmt == IB_SYSFS_FLAT:
+        out.put("ib_hcas", 0, where, "no RDMA device")
+        out.put("ib_rate_gbps", 0, where, "no RDMA device")
+        out.put("fabric", "ethernet", where, "no RDMA device: traffic between nodes over TCP")
+
+
+def detect_profile(paths: Sequence[Path], name: str,
+                   silent: Mapping[str, str] | None = None) -> Detected:
     """The hardware profile ``name`` as the saved tool outputs ``paths`` of one machine show it.
+
+    ``silent`` (the live path): format -> where, for a tool that answered and printed nothing,
+    which shows an absence (:func:`_from_silence`); read after every file, so a file that
+    shows the fact wins.
 
     Raises ``InputError`` (one line) for a file that is missing, unreadable or not a tool output
     recognised here, when no file shows hardware facts, and when two files contradict each
@@ -493,8 +512,14 @@ def detect_profile(paths: Sequence[Path], name: str) -> Detected:
             _from_topo(out, facts, where)
         else:
             _from_rdma(out, fmt, facts, where)
+    shown = set(out.facts)
+    for fmt, where in (silent or {}).items():
+        _from_silence(out, fmt, where)
     detected = Detected(facts=dict(out.facts), sources=dict(out.sources),
                         inputs=[f"{where})" for _fmt, where, _facts in usable], unused=unused)
+    detected.inputs += [f"{where})" for fmt, where in (silent or {}).items()
+                        if any(out.sources.get(k, "").startswith(where)
+                               for k in set(out.facts) - shown)]
     _consistent(detected, out.reasons)
     return detected
 
@@ -611,12 +636,9 @@ def render_profile_yaml(detected: Detected, name: str, simulated: bool = False) 
     if simulated:
         lines.append(f"{pad}# SIMULATED: read from a simulated node; it measures no real hardware.")
     lines += [f"{pad}simulated: {'true' if simulated else 'false'}", f"{pad}sources:"]
-    used: dict[str, list[str]] = {}
-    for key in DETECTED_FIELDS:
-        if key in detected.sources:
-            used.setdefault(detected.sources[key].split(" (", 1)[0], []).append(key)
     for item in detected.inputs:
-        file_name = item.split(" (", 1)[0]
-        fields = used.get(file_name)
+        # An input is "name (tool)"; the sources it gave begin "name (tool" (a detail may follow).
+        fields = [key for key in DETECTED_FIELDS
+                  if detected.sources.get(key, "").startswith(item.removesuffix(")"))]
         lines.append(f"{pad}  - {json.dumps(item + (': ' + ', '.join(fields) if fields else ''))}")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from typing import Any
 from provisioner import inventory as inventory_mod
 from provisioner.detect import Detected, detect_profile
 from provisioner.errors import InputError
-from provisioner.inspect import detect_format
+from provisioner.inspect import IB_SYSFS_FLAT, NVIDIA_SMI_NVLINK, detect_format
 from provisioner.report import new_run_id, private_dir, runs_dir, write_private
 from provisioner.results import ProgressCallback
 from provisioner.runner import run_playbook
@@ -72,11 +72,16 @@ def detect_node(source: Path, pattern: str | None, name: str,
         raise InputError(f"profiles detect: could not read {host}: {why}")
     saved: list[Path] = []
     silent: dict[str, str] = {}
+    absent: dict[str, str] = {}
     for key, file_name in OUTPUT_FILES.items():
         answer = outputs.get(key) or {}
         text = str(answer.get("stdout") or "")
         if not text.strip():
             silent[key] = f"printed nothing (rc {answer.get('rc', '?')})"
+            shows = absence(key, answer)
+            if shows:
+                absent[shows] = f"{host} ({ABSENCES[shows]}"
+                silent[key] += f": read as {ABSENCES[shows]}"
             continue
         try:
             detect_format(text)
@@ -91,4 +96,26 @@ def detect_node(source: Path, pattern: str | None, name: str,
                          f"(nvidia-smi -q -x {silent.get('nvidia_smi_xml')}); is the NVIDIA "
                          "driver installed?")
     simulated = inventory_mod.load(source).simulated
-    return NodeDetection(host, simulated, run_dir, detect_profile(saved, name), saved, silent)
+    return NodeDetection(host, simulated, run_dir, detect_profile(saved, name, absent), saved,
+                         silent)
+
+
+# A tool that answered and printed nothing shows an absence (provisioner.detect._from_silence):
+# the format it stands for -> what it did.
+ABSENCES = {
+    NVIDIA_SMI_NVLINK: "nvidia-smi nvlink -s exited 0 and printed nothing",
+    IB_SYSFS_FLAT: "no RDMA device under the InfiniBand sysfs directory",
+}
+
+
+def absence(key: str, answer: dict[str, Any]) -> str | None:
+    """The format whose absence a silent ``answer`` of tool ``key`` shows, or None. nvlink -s
+    must have exited 0 (an error says nothing); find over the InfiniBand sysfs directory finds
+    no port file (exit 0) or no directory at all (exit 1, "No such file or directory")."""
+    rc = answer.get("rc")
+    if key == "nvidia_smi_nvlink" and rc == 0:
+        return NVIDIA_SMI_NVLINK
+    if key == "ib_sysfs" and (rc == 0 or (rc == 1 and "No such file or directory"
+                                          in str(answer.get("stderr") or ""))):
+        return IB_SYSFS_FLAT
+    return None
