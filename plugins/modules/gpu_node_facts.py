@@ -22,6 +22,10 @@ description:
     O(imex_nodes_config), C(nvidia-imex-ctl -N -j) and the IMEX channels - judged against the
     plan's C(nvlink_domain_hosts). Each GPU's NVLink fabric registration (C(nvidia-smi -q -x)
     C(fabric)) is judged there too.
+  - The C(gpudirect) subset says which GPUDirect RDMA path the node has - dma_buf, nvidia-peermem
+    or none - from the CUDA driver's C(DMA_BUF_SUPPORTED) device attribute where the library is
+    there, else from the loaded module's flavour (O(nvidia_proc_version)) and the kernel release;
+    on an InfiniBand or RoCE fabric a node without one fails.
   - Read-only.
 options:
   expected:
@@ -33,8 +37,8 @@ options:
     description: What to read.
     type: list
     elements: str
-    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex]
-    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex]
+    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect]
+    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect]
   ib_sysfs_root:
     description: Root of the InfiniBand class directory.
     type: path
@@ -48,6 +52,10 @@ options:
     description: The IMEX service's list of the NVLink domain's node addresses.
     type: path
     default: /etc/nvidia-imex/nodes_config.cfg
+  nvidia_proc_version:
+    description: The loaded NVIDIA module's banner (its flavour, open or proprietary).
+    type: path
+    default: /proc/driver/nvidia/version
   pci_sysfs_root:
     description: Where the PCI functions are listed by address (the GPUs' PCIe AER counters
       are read there; an RDMA device's through its C(device) link).
@@ -109,6 +117,10 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_imex_domain,
     parse_nodes_config,
 )
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.gpudirect import (
+    NVIDIA_PROC_VERSION,
+    read_gpudirect,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.ib_sysfs import (
     read_ib_sysfs,
 )
@@ -129,7 +141,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_xid,
 )
 
-SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex"]
+SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex", "gpudirect"]
 
 
 def run_tool(module, args):
@@ -220,6 +232,7 @@ def main():
             subsets=dict(type="list", elements="str",
                          default=SUBSETS, choices=SUBSETS),
             imex_nodes_config=dict(type="path", default="/etc/nvidia-imex/nodes_config.cfg"),
+            nvidia_proc_version=dict(type="path", default=NVIDIA_PROC_VERSION),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
             nccl_conf=dict(type="path", default="/etc/nccl.conf"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
@@ -267,6 +280,8 @@ def main():
             facts["dcgm"] = None
     if "imex" in p["subsets"] and p["expected"].get("multi_node_nvlink"):
         facts["imex"] = read_imex(module, p["imex_nodes_config"])
+    if "gpudirect" in p["subsets"]:
+        facts["gpudirect"] = read_gpudirect(p["nvidia_proc_version"])
     if "counters" in p["subsets"]:
         root = p["ib_sysfs_root"]
         ib = facts.get("ib")

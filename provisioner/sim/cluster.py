@@ -58,6 +58,8 @@ from provisioner.sim.tools.node import (
     FAULTS_FILE,
     HGX_BUS_NUMBERS,
     MODULE_VERSION_FILE,
+    PROC_VERSION_FILE,
+    load_module_sh,
 )
 
 NETWORK = "gpuc-sim"
@@ -637,6 +639,7 @@ def sim_inventory_vars() -> dict[str, Any]:
     return {
         "provisioner_simulated": True,
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
+        "gpu_validate_nvidia_proc_version": PROC_VERSION_FILE,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
         "rdma_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
@@ -704,9 +707,7 @@ mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id \\
   || echo "gpu-sim-boot: no boot id of its own" >&2
 # The kernel loads the installed driver's module.
 if [ -s {DRIVER_VERSION_FILE} ]; then
-  mkdir -p {MODULE_VERSION_FILE.rsplit("/", 1)[0]}
-  cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}
-fi
+{load_module_sh("  ")}fi
 # reboot-no-return (provisioner/sim/faults.py): a node that has booted before and carries the
 # fault hangs before sshd (its first boot, when the fault was injected at creation, does not).
 if [ -e {BOOTED_FLAG} ] && grep -qx reboot-no-return {FAULTS_FILE} 2>/dev/null; then

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.files import sha256_file
-from provisioner.sim.tools.node import DRIVER_VERSION_FILE, MODULE_VERSION_FILE
+from provisioner.sim.tools.node import MODULE_VERSION_FILE, load_module_sh
 
 ORIGIN = "gpu-cluster-provisioner simulated mirror"
 MAINTAINER = "gpu-cluster-provisioner simulation <simulated@gpu-cluster-provisioner.invalid>"
@@ -206,10 +206,7 @@ def simulated_driver_package(
 # A node with no NVIDIA module loaded loads the new one on first use (nvidia-modprobe); a node
 # running another driver's module keeps it until it reboots (tools/node.py MODULE_VERSION_FILE).
 _LOAD_MODULE_IF_NONE = (
-    f"if [ ! -s {MODULE_VERSION_FILE} ]; then\n"
-    f"  mkdir -p {MODULE_VERSION_FILE.rsplit('/', 1)[0]}\n"
-    f"  cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}\n"
-    "fi\n"
+    f"if [ ! -s {MODULE_VERSION_FILE} ]; then\n" + load_module_sh("  ") + "fi\n"
 )
 
 

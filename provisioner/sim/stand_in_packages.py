@@ -28,6 +28,7 @@ from provisioner.sim.mirror import (
     ensure_signing_key,
     simulated_driver_package,
 )
+from provisioner.sim.tools.node import MODULE_VERSION_FILE, load_module_sh
 
 CTK_REPO = "libnvidia-container/stable/deb/amd64"
 KEY_PATH = "keys/mirror.asc"
@@ -86,6 +87,13 @@ def _driver_user_space(name: str, version: str, stack: Mapping[str, Any]) -> Sim
                       postinst=base.postinst, scripts_on_rpm=base.scripts_on_rpm)
 
 
+def _banner_if_loaded(up: str) -> str:
+    """The loaded module's banner in this package's flavour, when the module loaded is this
+    version (the user space package, installed first, loaded it before the flavour was known)."""
+    return (f'if [ "$(cat {MODULE_VERSION_FILE} 2>/dev/null)" = "{up}" ]; then\n'
+            + load_module_sh("  ") + "fi\n")
+
+
 def _driver_module(name: str, version: str, flavor: str | None) -> SimPackage:
     """Return a kernel module package of the driver: its DKMS source and the scripts that
     register and build it at install and unregister it before removal."""
@@ -99,7 +107,8 @@ def _driver_module(name: str, version: str, flavor: str | None) -> SimPackage:
         f"/usr/src/nvidia-{up}/dkms.conf":
             f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n',
         "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
-    }, postinst=_DKMS_POSTINST.format(version=up), prerm=_DKMS_PRERM.format(version=up),
+    }, postinst=_banner_if_loaded(up) + _DKMS_POSTINST.format(version=up),
+        prerm=_DKMS_PRERM.format(version=up),
         scripts_on_rpm=True,
         description=f"NVIDIA {flavor} kernel module {up} via DKMS (simulated)")
 

@@ -59,6 +59,12 @@ def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
     assert set(kernels) == {"sim-gpu-1", "sim-gpu-2"}
     assert kernels["sim-gpu-1"]["status"] == "pass"
     assert kernels["sim-gpu-1"]["measured"] == f"{os.uname().release}: installed"
+    # The GPUDirect RDMA path of each GPU node: the open module on this kernel (no CUDA driver
+    # library on a simulated node, so NVIDIA's rule decides).
+    gdr = {c["host"]: c for c in report["checks"] if c["name"] == "gpudirect"}
+    assert set(gdr) == {"sim-gpu-1", "sim-gpu-2"}
+    assert (gdr["sim-gpu-1"]["status"], gdr["sim-gpu-1"]["measured"]) == ("pass", "dma_buf")
+    assert f"open kernel module on kernel {os.uname().release}" in gdr["sim-gpu-1"]["detail"]
     runs = report["smoke"]["runs"]
     inter = [r for r in runs if r["label"] == "inter-node"]
     assert len(inter) == 1 and inter[0]["world_size"] == 4 and inter[0]["nnodes"] == 2
@@ -240,6 +246,29 @@ def test_injected_faults_are_caught_by_validation(cli: Cli, inventory: Path,
     assert failed[("sim-gpu-2", "gpu3_nvlink")]["expected"] == 18
     assert failed[("sim-gpu-2", "ib_mlx5_1_port1")]["measured"] == "ACTIVE 200 Gb/s"
     assert "gpu3_nvlink" in out.stdout and "sim-gpu-2" in out.stdout
+
+
+def test_a_node_without_a_gpudirect_path_fails_validation(cli: Cli, inventory: Path,
+                                                          runs_dir: Path) -> None:
+    # The state after a reboot into the proprietary flavour: the loaded module's banner says so,
+    # and nvidia-peermem cannot load in a container (the rdma role says skipped-container).
+    banner = "/run/gpu-sim/proc/driver/nvidia/version"
+    edit = podman_exec("sim-gpu-1", f"cp {banner} {banner}.open && sed -i "
+                       f"'s/Open Kernel Module for \\([a-z0-9_]*\\)/\\1 Kernel Module/' {banner} "
+                       f"&& cat {banner}")
+    assert edit.returncode == 0 and "NVIDIA UNIX x86_64 Kernel Module" in edit.stdout, edit
+    try:
+        out = cli("validate", "--inventory", str(inventory), "--limit", "sim-gpu-1")
+        assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+        report = newest_report(runs_dir)
+        failed = {(c["host"], c["name"]): c for c in report["checks"] if c["status"] == "fail"}
+        assert set(failed) == {("sim-gpu-1", "gpudirect")}, failed
+        check = failed[("sim-gpu-1", "gpudirect")]
+        assert check["measured"] == "none"
+        assert "the proprietary kernel module has no dma_buf export; nvidia_peermem not " \
+               "loaded" in check["detail"]
+    finally:
+        podman_exec("sim-gpu-1", f"mv {banner}.open {banner}")
 
 
 def test_killing_a_node_ends_the_smoke_job_with_a_failure_naming_it(

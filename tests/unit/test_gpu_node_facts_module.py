@@ -284,13 +284,21 @@ def ib_ok(tmp_path: Path) -> str:
     return ib_sysfs(tmp_path / "infiniband", {"mlx5_0": NDR_UP, "mlx5_1": NDR_UP})
 
 
+def open_banner(ib_root: str) -> str:
+    """A loaded open kernel module's /proc/driver/nvidia/version beside the IB tree."""
+    banner = Path(ib_root).parent / "nvidia-version"
+    banner.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  "
+                      "Release Build  (dvs-builder@U22-I3-AF03-09-1)\n")
+    return str(banner)
+
+
 # --- the whole node ---
 
 def test_a_healthy_node_passes_every_check_and_reads_each_subset_once(
         monkeypatch: pytest.MonkeyPatch, ib_ok: str) -> None:
     node = Node(replies())
     result = run(monkeypatch, node, expected=EXPECTED, ib_sysfs_root=ib_ok,
-                 pci_sysfs_root=ib_ok + "/no-pci")
+                 pci_sysfs_root=ib_ok + "/no-pci", nvidia_proc_version=open_banner(ib_ok))
     assert result["changed"] is False
     assert result["failed_checks"] == []
     statuses = {c["name"]: c["status"] for c in result["checks"]}
@@ -299,13 +307,15 @@ def test_a_healthy_node_passes_every_check_and_reads_each_subset_once(
         "gpu0_memory": "pass", "gpu0_pcie": "pass", "gpu1_memory": "pass", "gpu1_pcie": "pass",
         "persistence_mode": "pass", "gpu0_nvlink": "pass", "gpu1_nvlink": "pass",
         "ib_mlx5_0_port1": "pass", "ib_mlx5_1_port1": "pass", "ib_ports": "pass",
-        "xid": "pass", "dcgm_diag": "pass",
+        "xid": "pass", "dcgm_diag": "pass", "gpudirect": "pass",
         # These ports have no counters/ directory, and nothing is known of an earlier reading.
         "ib_mlx5_0_port1_errors": "skip", "ib_mlx5_1_port1_errors": "skip"}
     assert node.commands == ["nvidia-smi -q -x", "nvidia-smi nvlink -s", "nvidia-smi topo -m",
                              "journalctl -k -b --no-pager -q", "dcgmi diag -r 1"]
     facts = result["facts"]
-    assert set(facts) == {"gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters"}
+    assert set(facts) == {"gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "gpudirect"}
+    # This machine has no CUDA driver library: the open module on its kernel decides.
+    assert facts["gpudirect"]["kernel_module"] == "open"
     assert [g["bus_id"] for g in facts["gpu"]["gpus"]] == ["0000:18:00.0", "0000:2a:00.0"]
     assert facts["gpu"]["driver_version"] == "580.95.05"
     assert [g["links_up"] for g in facts["nvlink"]["gpus"]] == [18, 18]
@@ -322,7 +332,8 @@ def test_check_mode_reads_and_judges_exactly_as_a_normal_run(
     for check_mode in (False, True):
         node = Node(replies(smi=(0, smi_xml(gpu(0)), "")))
         result = run(monkeypatch, node, check_mode=check_mode, expected=EXPECTED,
-                     ib_sysfs_root=ib_ok, pci_sysfs_root=ib_ok + "/no-pci")
+                     ib_sysfs_root=ib_ok, pci_sysfs_root=ib_ok + "/no-pci",
+                     nvidia_proc_version=open_banner(ib_ok))
         del result["facts"]["counters"]["now"]["time"]  # when each run read the counters
         runs[check_mode] = (result, node.commands)
     assert runs[True] == runs[False]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .checks import FAIL, PASS, SKIP, WARN, check_result
 from .counters import counter_checks
 from .fabric import fabric_checks, imex_checks
+from .gpudirect import gpudirect_checks
 
 SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
@@ -36,6 +37,8 @@ def evaluate(facts, expected):
         checks.extend(_dcgm_checks(facts.get("dcgm"), expected))
     if "counters" in facts:
         checks.extend(counter_checks(facts.get("counters")))
+    if "gpudirect" in facts:
+        checks.extend(gpudirect_checks(facts.get("gpudirect"), expected))
     return checks
 
 

@@ -22,6 +22,11 @@ DRIVER_VERSION_FILE = "/usr/lib/gpu-sim/driver-version"
 # The driver package loads it at install when none is loaded; a driver change on a node whose
 # module is loaded leaves the old one until the next boot (gpu-sim-boot).
 MODULE_VERSION_FILE = "/run/gpu-sim/module/nvidia/version"
+# The loaded module's banner, what /proc/driver/nvidia/version says on a real node (a container's
+# /proc cannot hold it): written with MODULE_VERSION_FILE when the module loads, in the flavour
+# the installed kernel module package names (MODULE_FLAVOR_FILE) at that moment.
+PROC_VERSION_FILE = "/run/gpu-sim/proc/driver/nvidia/version"
+MODULE_FLAVOR_FILE = "/usr/lib/gpu-sim/module-flavor"
 CUDA_VERSION_FILE = "/usr/lib/gpu-sim/cuda-version"
 PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
 # Every GPU reset (nvidia-smi -r) the node took: "<unix time> <PCI bus id>" lines, so a test can
@@ -53,3 +58,22 @@ def read_text(path: str) -> str | None:
             return handle.read()
     except FileNotFoundError:
         return None
+
+
+def load_module_sh(indent: str = "") -> str:
+    """Shell lines that load the installed driver's module: its version, and its banner in the
+    two formats real drivers print (open: "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04
+    Release Build", as a lent H200 showed; proprietary: "NVIDIA UNIX x86_64 Kernel Module
+    535.161.08  <build date>")."""
+    lines = [
+        f"mkdir -p {MODULE_VERSION_FILE.rsplit('/', 1)[0]} {PROC_VERSION_FILE.rsplit('/', 1)[0]}",
+        f"cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}",
+        f"v=$(cat {DRIVER_VERSION_FILE}); m=$(uname -m)",
+        f'if [ "$(cat {MODULE_FLAVOR_FILE} 2>/dev/null)" = open ]; then',
+        '  b="NVIDIA UNIX Open Kernel Module for $m  $v  Release Build  (SIMULATED)"',
+        "else",
+        '  b="NVIDIA UNIX $m Kernel Module  $v  SIMULATED"',
+        "fi",
+        f'printf "NVRM version: %s\\nGCC version:  SIMULATED\\n" "$b" > {PROC_VERSION_FILE}',
+    ]
+    return "".join(f"{indent}{line}\n" for line in lines)
