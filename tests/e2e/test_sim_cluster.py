@@ -65,6 +65,13 @@ def test_up_brings_the_simulated_cluster_up(first_up: FirstUp) -> None:
     assert set(gdr) == {"sim-gpu-1", "sim-gpu-2"}
     assert (gdr["sim-gpu-1"]["status"], gdr["sim-gpu-1"]["measured"]) == ("pass", "dma_buf")
     assert f"open kernel module on kernel {os.uname().release}" in gdr["sim-gpu-1"]["detail"]
+    # So the rdma role loads no nvidia-peermem there (rdma_peermem auto), and NCCL still gets
+    # its GPUDirect level.
+    for node in ("sim-gpu-1", "sim-gpu-2"):
+        assert report["hosts"][node]["facts"]["rdma"]["peermem"] == "dma_buf"
+        files = podman_exec(node, "test ! -e /etc/modules-load.d/nvidia-peermem.conf && "
+                                  "grep ^NCCL_NET_GDR_LEVEL= /etc/nccl.conf")
+        assert files.returncode == 0 and files.stdout.strip() == "NCCL_NET_GDR_LEVEL=PHB", files
     runs = report["smoke"]["runs"]
     inter = [r for r in runs if r["label"] == "inter-node"]
     assert len(inter) == 1 and inter[0]["world_size"] == 4 and inter[0]["nnodes"] == 2
@@ -250,8 +257,8 @@ def test_injected_faults_are_caught_by_validation(cli: Cli, inventory: Path,
 
 def test_a_node_without_a_gpudirect_path_fails_validation(cli: Cli, inventory: Path,
                                                           runs_dir: Path) -> None:
-    # The state after a reboot into the proprietary flavour: the loaded module's banner says so,
-    # and nvidia-peermem cannot load in a container (the rdma role says skipped-container).
+    # The state after a reboot into the proprietary flavour, the plan still saying open (so the
+    # rdma role loaded no nvidia-peermem): the loaded module's banner says proprietary.
     banner = "/run/gpu-sim/proc/driver/nvidia/version"
     edit = podman_exec("sim-gpu-1", f"cp {banner} {banner}.open && sed -i "
                        f"'s/Open Kernel Module for \\([a-z0-9_]*\\)/\\1 Kernel Module/' {banner} "

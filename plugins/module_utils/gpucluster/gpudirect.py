@@ -93,6 +93,13 @@ print(json.dumps(values))
 CUDA_TIMEOUT_S = 60
 
 
+def dma_buf_by_rule(flavour, kernel):
+    """NVIDIA's rule for dma_buf without asking the CUDA driver: the open kernel module on Linux
+    5.12 or later. The rdma role decides by it whether nvidia-peermem is needed (with the planned
+    flavour, before the module is loaded); validate falls back on it without the library."""
+    return flavour == "open" and bool(kernel_at_least(kernel, DMA_BUF_MIN_KERNEL))
+
+
 def cuda_dma_buf_supported(library="libcuda.so.1", timeout=CUDA_TIMEOUT_S):
     """Each GPU's CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED as the CUDA driver answers it (a list
     of 0/1 by device ordinal), or None and why when the library is absent or does not answer.
@@ -133,7 +140,6 @@ def gpudirect_path(facts):
     cuda = facts.get("cuda_dma_buf")
     flavour = facts.get("kernel_module")
     kernel = facts.get("kernel")
-    recent = kernel_at_least(kernel, DMA_BUF_MIN_KERNEL)
     floor = "%d.%d" % DMA_BUF_MIN_KERNEL
     if cuda:
         if all(cuda):
@@ -142,7 +148,7 @@ def gpudirect_path(facts):
                                   % (len(cuda), flavour or "unknown", kernel))
         dma_buf, why = False, ("the CUDA driver reports no dma_buf support on GPU(s) %s"
                                % ", ".join(str(i) for i, v in enumerate(cuda) if not v))
-    elif flavour == "open" and recent:
+    elif dma_buf_by_rule(flavour, kernel):
         return PATH_DMA_BUF, ("open kernel module on kernel %s (dma_buf needs the open module "
                               "and Linux %s or later; no CUDA driver library to ask)"
                               % (kernel, floor))
