@@ -31,7 +31,7 @@ FQCN = f"{NAMESPACE}.{NAME}"
 # What the tarball may hold at its top: the content, its docs, and ansible-test's ignore file.
 TOP_LEVEL = {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "ansible.cfg",
              ".ansible-lint", ".yamllint", "docs", "tests", *COLLECTION_DIRS}
-MAX_BYTES = 400_000  # 0.10 MB today; the whole repository with its fixtures is several MB
+MAX_BYTES = 500_000  # 0.41 MB on 2026-11-28 (f1c7883); the repository with its fixtures is MBs
 
 
 def build_tarball(out: Path) -> Path:

@@ -1,6 +1,7 @@
 """Our own captures from a lent machine with one NVIDIA H200 (Ubuntu 24.04, open kernel module
-580.159.04, CUDA 13.0), taken on 2026-11-27 (tests/fixtures/device-h200; the GPU's serial and
-UUID are zeroed). They hold the plan's hardware facts for the H200 to a real GPU, and keep two
+580.159.04, CUDA 13.0), taken on 2026-11-27 and 2026-11-28 (tests/fixtures/device-h200; the
+GPU's serial and UUID are zeroed; the module's banner and parameters are /proc/driver/nvidia's
+version and params). They hold the plan's hardware facts for the H200 to a real GPU, and keep two
 findings that the simulator and the public captures had not shown:
 - `nvidia-smi nvlink -s` prints nothing for an SXM H200 passed through alone, so a profile that
   wants NVLink used to pass with no NVLink check at all;
@@ -95,3 +96,29 @@ def test_a_one_rank_smoke_job_is_not_judged_against_the_floor() -> None:
     # Two ranks or more are judged as before: the same report claiming two ranks fails the floor.
     two = result.model_copy(update={"world_size": 2})
     assert judge(two, 431.0, simulated=False).failures
+
+
+def test_the_real_machine_passes_validation_against_its_built_in_shape() -> None:
+    """cloud-h200-1gpu describes the lent machine; every fact validate judges passes, NVLink and
+    RDMA are not expected, and the GPUDirect path is reported, not judged, on Ethernet."""
+    from gpucluster.gpudirect import module_flavour
+
+    shape = load_profiles()["cloud-h200-1gpu"].model_dump()
+    nvlink = parse_nvlink_status((HERE / "nvidia-smi-nvlink-s.txt").read_text())
+    params = (HERE / "proc-driver-nvidia-params.txt").read_text()
+    assert "NvLinkDisable: 1" in params.splitlines()  # why nvlink -s lists no link
+    gpudirect = {"kernel_module": module_flavour(
+        (HERE / "proc-driver-nvidia-version.txt").read_text()), "kernel": "6.18.44-fc-v657-gpu",
+        "peermem_loaded": False, "cuda_dma_buf": [1]}
+    expected = dict(shape, driver_version="580.159.04")
+    checks = {c["name"]: c for c in evaluate(
+        {"gpu": gpu_facts(), "nvlink": nvlink, "gpudirect": gpudirect}, expected)}
+    assert {name: c["status"] for name, c in checks.items()} == {
+        "gpu_count": "pass", "gpu_model": "pass", "driver_version": "pass",
+        "gpu0_memory": "pass", "gpu0_pcie": "pass", "persistence_mode": "pass",
+        "nvlink": "skip", "gpudirect": "skip"}
+    assert checks["gpudirect"]["measured"] == "dma_buf"
+    # The 8-GPU HGX profile, which this machine used to be described by, fails it.
+    hgx = {c["name"]: c["status"] for c in evaluate(
+        {"gpu": gpu_facts(), "nvlink": nvlink}, dict(profile(), driver_version="580.159.04"))}
+    assert hgx["gpu_count"] == "fail" and hgx["gpu0_nvlink"] == "fail"

@@ -635,7 +635,7 @@ def test_inspect_text_json_and_profile(tables: Tables,
     assert two == [one, one]
     assert cli.main(["inspect", str(IBSTAT), "--profile", "nope"]) == 2
     assert lines(capsys.readouterr().err)[0].startswith(
-        "error: inspect: unknown --profile 'nope'; choose one of gb200-nvl72-tray, hgx-a100-8gpu, ")
+        "error: inspect: unknown --profile 'nope'; choose one of cloud-h200-1gpu, gb200-nvl72-tray, ")
 
 
 # sim (the simulator's functions replaced: no container is touched) ---------------------------

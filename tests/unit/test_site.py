@@ -73,15 +73,15 @@ def plan_cli(args: list[str], monkeypatch: pytest.MonkeyPatch,
 
 
 def test_a_site_profile_adds_to_the_built_in_ones(tmp_path: Path) -> None:
-    site.activate(write_site(tmp_path / "site", {"cloud-h200-1gpu": one_gpu_h200()}))
+    site.activate(write_site(tmp_path / "site", {"site-h200-1gpu": one_gpu_h200()}))
     profiles = load_profiles()
-    assert profiles["cloud-h200-1gpu"].gpu_count == 1
+    assert profiles["site-h200-1gpu"].gpu_count == 1
     assert set(BUILT_IN_PROFILES) < set(profiles)
     sources = profile_sources()
-    assert sources["cloud-h200-1gpu"] == str(tmp_path / "site" / "profiles.yml")
+    assert sources["site-h200-1gpu"] == str(tmp_path / "site" / "profiles.yml")
     assert sources["hgx-h200-8gpu"] == "built-in"
     site.activate(None)
-    assert "cloud-h200-1gpu" not in load_profiles()
+    assert "site-h200-1gpu" not in load_profiles()
 
 
 def test_a_clash_needs_override_and_override_needs_a_clash(tmp_path: Path) -> None:
@@ -164,21 +164,21 @@ def test_plan_uses_a_site_profile_and_stack_beside_the_inventory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     body = dict(BUILT_IN_STACKS["cuda-13.0"], os_support=["debian12", "rhel9"])
-    write_site(tmp_path / "site", {"cloud-h200-1gpu": one_gpu_h200()},
+    write_site(tmp_path / "site", {"site-h200-1gpu": one_gpu_h200()},
                {"cuda-13.0-site": body})
-    path = inventory(tmp_path, "cloud-h200-1gpu", "cuda-13.0-site")
+    path = inventory(tmp_path, "site-h200-1gpu", "cuda-13.0-site")
     code, out, err = plan_cli(["plan", "-i", str(path), "--json"], monkeypatch, capsys)
     assert code == 0, err
     [host] = json.loads(out)["hosts"]
-    assert host["profile"] == "cloud-h200-1gpu"
+    assert host["profile"] == "site-h200-1gpu"
     assert host["variables"]["gpu_stack"] == "cuda-13.0-site"
     assert host["variables"]["gpu_supported_os"] == ["debian12", "rhel9"]
 
 
 @pytest.mark.parametrize(("profile", "stack", "rule"), [
     # An H200 (min_driver 550.90.07) on a stack whose driver predates it.
-    ("cloud-h200-1gpu", "cuda-12.4", "is older than NVIDIA H200 (10de:2335) needs "
-                                     "(gpu_profile cloud-h200-1gpu: min_driver 550.90.07)"),
+    ("site-h200-1gpu", "cuda-12.4", "is older than NVIDIA H200 (10de:2335) needs "
+                                     "(gpu_profile site-h200-1gpu: min_driver 550.90.07)"),
     # A Volta profile on a CUDA 13 stack.
     ("site-v100", "cuda-13.0", "cuda_version 13.0 cannot target volta GPUs"),
 ])
@@ -186,7 +186,7 @@ def test_a_site_profile_that_breaks_a_rule_is_refused_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         profile: str, stack: str, rule: str) -> None:
     v100 = dict(BUILT_IN_PROFILES["sxm2-v100-8gpu"], description="the site's V100 nodes")
-    write_site(tmp_path / "site", {"cloud-h200-1gpu": one_gpu_h200(), "site-v100": v100})
+    write_site(tmp_path / "site", {"site-h200-1gpu": one_gpu_h200(), "site-v100": v100})
     path = inventory(tmp_path, profile, stack)
     code, _out, err = plan_cli(["plan", "-i", str(path), "--json"], monkeypatch, capsys)
     lines = err.strip().splitlines()
@@ -197,12 +197,12 @@ def test_a_site_profile_that_breaks_a_rule_is_refused_in_one_line(
 def test_profiles_and_stacks_say_where_each_entry_came_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    where = write_site(tmp_path / "s", {"cloud-h200-1gpu": one_gpu_h200()},
+    where = write_site(tmp_path / "s", {"site-h200-1gpu": one_gpu_h200()},
                        {"cuda-13.0-site": dict(BUILT_IN_STACKS["cuda-13.0"])})
     code, out, _ = plan_cli(["profiles", "--site", str(where), "--json"], monkeypatch, capsys)
     assert code == 0
     sources = {row["profile"]: row["source"] for row in json.loads(out)}
-    assert sources["cloud-h200-1gpu"] == str(where / "profiles.yml")
+    assert sources["site-h200-1gpu"] == str(where / "profiles.yml")
     assert sources["hgx-h200-8gpu"] == "built-in"
     code, out, _ = plan_cli(["stacks", "--site", str(where), "--json"], monkeypatch, capsys)
     sources = {row["stack"]: row["source"] for row in json.loads(out)}
