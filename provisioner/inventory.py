@@ -71,6 +71,11 @@ CONTRACT: dict[str, dict[str, Any]] = {
                      "description": "the leaf switch the compute node is cabled to: Slurm's "
                                     "topology.conf groups the nodes by it (every compute node "
                                     "names one, or none does)"},
+    "slurm_ibnetdiscover": {"type": "str",
+                            "description": "a saved ibnetdiscover output (on the controller, "
+                                           "relative to the inventory): the plan reads each "
+                                           "compute node's leaf switch from it instead of "
+                                           "slurm_switch"},
     # Read by the plan: the NVLink domain of a multi-node NVLink host (plan._add_nvlink_domains).
     "nvlink_domain": {"type": "str",
                       "description": "the NVLink domain (e.g. the GB200 NVL72 rack) of a host "

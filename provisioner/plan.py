@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from provisioner import ibnet
 from provisioner import inventory as inv_mod
 from provisioner.errors import InputError
 from provisioner.matrix import (
@@ -68,6 +69,9 @@ class HostPlan:
     # host of it, this one included, in inventory order: the IMEX service's peers.
     nvlink_domain: str | None = None
     nvlink_domain_hosts: tuple[str, ...] = ()
+    # The leaf switch the plan read for this compute node from the inventory's
+    # slurm_ibnetdiscover (None: the inventory's own slurm_switch, if any, stands).
+    slurm_switch: str | None = None
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
@@ -84,6 +88,8 @@ class HostPlan:
             family: _pins_by_component(self.stack, family, self.replaced.get(family, {}))
             for family in self.families}
         out["gpu_expected"] = self.expected()
+        if self.slurm_switch is not None:
+            out["slurm_switch"] = self.slurm_switch
         return out
 
     def expected(self) -> dict[str, Any]:
@@ -193,6 +199,7 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
     _add_cpu_hosts(plan, matrix, gpu_fabrics)
     _add_nvlink_domains(plan)
+    _add_fabric_leaves(plan)
     _check_switches(plan)
     plan.hosts = {name: plan.hosts[name] for name in inventory.hosts}
     resolved = {h.name: h.stack for h in plan.hosts.values() if h.stack is not None}
@@ -279,6 +286,40 @@ def _add_nvlink_domains(plan: ClusterPlan) -> None:
 
 
 _SWITCH_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _add_fabric_leaves(plan: ClusterPlan) -> None:
+    """Each compute node's leaf switch from the saved ``ibnetdiscover`` output the inventory's
+    ``slurm_ibnetdiscover`` names (relative to the inventory's directory): one file for the
+    cluster, never beside a hand-written slurm_switch; a note says what it gave."""
+    where = f"inventory {plan.inventory.source}"
+    gpu = [name for name, host in plan.hosts.items() if host.kind == "gpu"]
+    files = {str(plan.inventory.hosts[name].vars.get("slurm_ibnetdiscover") or "")
+             for name in gpu} - {""}
+    if not files:
+        return
+    if len(files) > 1:
+        raise InputError(f"{where}: slurm_ibnetdiscover names {len(files)} files "
+                         f"({', '.join(sorted(files))}); give one for the cluster")
+    by_hand = [name for name in gpu if plan.inventory.hosts[name].vars.get("slurm_switch")]
+    if by_hand:
+        raise InputError(f"{where}: slurm_switch is set on {', '.join(by_hand[:5])} and "
+                         "slurm_ibnetdiscover is given: use one of the two")
+    path = Path(files.pop())
+    base = Path(plan.inventory.source)
+    if not path.is_absolute():
+        path = (base if base.is_dir() else base.parent) / path
+    try:
+        leaves = ibnet.leaves_from_file(path, gpu)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from exc
+    for name, leaf in leaves.items():
+        plan.hosts[name] = replace(plan.hosts[name], slurm_switch=leaf)
+    sizes = ibnet.counts(leaves)
+    plan.notes.append(f"slurm_switch of {len(leaves)} GPU node(s) read from {path}: "
+                      f"{len(sizes)} leaf switch(es) ("
+                      + ", ".join(f"{leaf}: {n}" for leaf, n in sorted(sizes.items())[:5])
+                      + (", ..." if len(sizes) > 5 else "") + ")")
 
 
 def _check_switches(plan: ClusterPlan) -> None:
