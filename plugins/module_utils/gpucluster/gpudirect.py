@@ -146,19 +146,19 @@ def gpudirect_path(facts):
             return PATH_DMA_BUF, ("the CUDA driver reports dma_buf support on all %d GPU(s) "
                                   "(DMA_BUF_SUPPORTED); %s kernel module, kernel %s"
                                   % (len(cuda), flavour or "unknown", kernel))
-        dma_buf, why = False, ("the CUDA driver reports no dma_buf support on GPU(s) %s"
-                               % ", ".join(str(i) for i, v in enumerate(cuda) if not v))
+        why = ("the CUDA driver reports no dma_buf support on GPU(s) %s"
+               % ", ".join(str(i) for i, v in enumerate(cuda) if not v))
     elif dma_buf_by_rule(flavour, kernel):
         return PATH_DMA_BUF, ("open kernel module on kernel %s (dma_buf needs the open module "
                               "and Linux %s or later; no CUDA driver library to ask)"
                               % (kernel, floor))
     elif flavour is None:
-        dma_buf, why = False, "no NVIDIA kernel module loaded (no %s)" % NVIDIA_PROC_VERSION
+        why = "no NVIDIA kernel module loaded (no %s)" % NVIDIA_PROC_VERSION
     elif flavour != "open":
-        dma_buf, why = False, "the %s kernel module has no dma_buf export" % flavour
+        why = "the %s kernel module has no dma_buf export" % flavour
     else:
-        dma_buf, why = False, "kernel %s predates Linux %s" % (kernel, floor)
-    if not dma_buf and facts.get("peermem_loaded"):
+        why = "kernel %s predates Linux %s" % (kernel, floor)
+    if facts.get("peermem_loaded"):
         return PATH_PEERMEM, "nvidia_peermem loaded; no dma_buf: %s" % why
     return PATH_NONE, why + "; nvidia_peermem not loaded"
 
