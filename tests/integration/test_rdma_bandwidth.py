@@ -63,7 +63,8 @@ def _sysfs(root: Path, states: dict[str, str]) -> None:
 
 
 def run(tmp_path: Path, hosts: list[str], devices: list[str], states: dict[str, str],
-        floor: float, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+        floor: float, env: dict[str, str] | None = None,
+        more: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], str]:
     sysfs = tmp_path / "sysfs"
     _sysfs(sysfs, states)
     bindir = tmp_path / "bin"
@@ -82,7 +83,7 @@ def run(tmp_path: Path, hosts: list[str], devices: list[str], states: dict[str, 
     extra = {"test_verbs_devices": devices, "__rdma_peermem_state": "not-gpu",
              "__rdma_bw_sysfs": str(sysfs), "rdma_bandwidth_floor_gbps": floor,
              "rdma_bandwidth_server_wait_s": 0, "rdma_bandwidth_timeout_s": 20,
-             "out_dir": str(out)}
+             "out_dir": str(out), **(more or {})}
     proc = subprocess.run(
         [str(BIN), "-i", str(inventory), str(play), "-e", json.dumps(extra)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
@@ -136,3 +137,21 @@ def test_no_rdma_device_is_skipped_with_the_reason(tmp_path: Path) -> None:
     assert reports["node-a"]["role"] == "none" and reports["node-a"]["hcas"] == []
     assert reports["node-a"]["skipped"].startswith(
         "no RDMA device with an ACTIVE port and a verbs device")
+
+
+@pytest.mark.parametrize(("peermem", "flags"), [
+    ("loaded", "--perform_warm_up --use_cuda=0 127.0.0.1"),
+    ("dma_buf", "--perform_warm_up --use_cuda=0 --use_cuda_dmabuf 127.0.0.1"),
+    ("skipped-container", "--perform_warm_up 127.0.0.1"),
+])
+def test_gpu_memory_is_registered_the_way_the_node_has_gpudirect(
+        tmp_path: Path, peermem: str, flags: str) -> None:
+    # Two GPUs found under /dev (the find task's result, given), GPUDirect wanted.
+    rc, reports, out = run(tmp_path, ["node-a"], ["mlx5_0"], {"mlx5_0": "4: ACTIVE"}, 0,
+                           more={"__rdma_peermem_state": peermem, "rdma_bandwidth_gpudirect": True,
+                                 "__rdma_bw_gpus": {"matched": 2}})
+    assert rc == 0, out
+    client = [line for line in (tmp_path / "log").read_text().splitlines()
+              if line.endswith("127.0.0.1")]
+    assert client and client[0].endswith(flags), client
+    assert reports["node-a"]["gpudirect"] is (peermem != "skipped-container")
