@@ -450,6 +450,11 @@ def _read(paths: Sequence[Path]) -> tuple[list[tuple[str, str, dict[str, Any]]],
     usable: list[tuple[str, str, dict[str, Any]]] = []
     unused: list[str] = []
     for path in paths:
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            # A tool that printed nothing (nvidia-smi nvlink -s on a GPU without NVLink): what
+            # printed it cannot be told from the content, so it shows nothing here.
+            unused.append(f"{Path(path).name} (empty file)")
+            continue
         result = inspect_file(Path(path))
         fmt = str(result["format"])
         if fmt in TOOLS:

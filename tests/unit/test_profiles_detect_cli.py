@@ -152,3 +152,16 @@ def test_a_failed_tool_shows_no_absence(
     assert [key for key in missing if key in profile] == []
     assert [line.split(":")[0] for line in err.splitlines() if line.startswith("not detected")] \
         == ["not detected"] * len(missing)
+
+
+def test_an_empty_saved_output_is_not_used_and_stops_nothing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The real H200's `nvidia-smi nvlink -s` printed nothing: saved with the others, it is
+    # passed over (what printed an empty file cannot be told), not a reason to refuse them all.
+    empty = str(H200 / "nvidia-smi-nvlink-s.txt")
+    code, out, err = run(["profiles", "detect", *FILES, empty, "--name", "h200"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["profiles"]["h200"]["gpu_count"] == 1
+    assert "not used: nvidia-smi-nvlink-s.txt (empty file)" in err
+    code, _out, err = run(["profiles", "detect", empty], capsys)
+    assert code == 2 and "nvidia-smi-nvlink-s.txt (empty file) show(s) nothing" in err
