@@ -204,3 +204,12 @@ def test_the_slurm_switches_of_the_inventory_contract_are_known(tmp_path: Path) 
     assert inventory.load(path).hosts["gpu-01"].vars["slurm_enabled"] is True
     with pytest.raises(InputError, match=r"variable slurm_enabled .*bool"):
         inventory.load(write(tmp_path, cluster(slurm_enabled="perhaps")))
+
+
+def test_rdma_peermem_is_auto_or_a_boolean(tmp_path: Path) -> None:
+    for value in ("auto", True, False, "yes"):
+        inventory.load(write(tmp_path, cluster(rdma_peermem=value)))
+    with pytest.raises(InputError, match=r"rdma_peermem .*must be one of: auto, True, False.*"
+                                         r"got: sometimes") as caught:
+        inventory.load(write(tmp_path, cluster(rdma_peermem="sometimes")))
+    assert "\n" not in str(caught.value)
