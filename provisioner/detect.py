@@ -517,14 +517,14 @@ def detect_profile(paths: Sequence[Path], name: str,
             _from_topo(out, facts, where)
         else:
             _from_rdma(out, fmt, facts, where)
-    shown = set(out.facts)
+    inputs = [f"{where})" for _fmt, where, _facts in usable]
     for fmt, where in (silent or {}).items():
+        before = len(out.facts)
         _from_silence(out, fmt, where)
-    detected = Detected(facts=dict(out.facts), sources=dict(out.sources),
-                        inputs=[f"{where})" for _fmt, where, _facts in usable], unused=unused)
-    detected.inputs += [f"{where})" for fmt, where in (silent or {}).items()
-                        if any(out.sources.get(k, "").startswith(where)
-                               for k in set(out.facts) - shown)]
+        if len(out.facts) > before:
+            inputs.append(f"{where})")
+    detected = Detected(facts=dict(out.facts), sources=dict(out.sources), inputs=inputs,
+                        unused=unused)
     _consistent(detected, out.reasons)
     return detected
 

@@ -17,7 +17,7 @@ is one leaf of Slurm's tree, named after its first switch.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,11 +118,3 @@ def leaves_from_file(path: Path, hosts: Iterable[str]) -> dict[str, str]:
                          f"{', ...' if len(missing) > 5 else ''} (matched by the first word of "
                          "an HCA's node description, the host name)")
     return leaves
-
-
-def counts(leaves: Mapping[str, str]) -> dict[str, int]:
-    """Leaf switch -> how many of the hosts are under it."""
-    out: dict[str, int] = {}
-    for name in leaves.values():
-        out[name] = out.get(name, 0) + 1
-    return out

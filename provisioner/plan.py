@@ -13,6 +13,7 @@ inventory; plain Ansible does the same by hand::
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import date
@@ -315,7 +316,7 @@ def _add_fabric_leaves(plan: ClusterPlan) -> None:
         raise InputError(f"{where}: {exc}") from exc
     for name, leaf in leaves.items():
         plan.hosts[name] = replace(plan.hosts[name], slurm_switch=leaf)
-    sizes = ibnet.counts(leaves)
+    sizes = Counter(leaves.values())
     plan.notes.append(f"slurm_switch of {len(leaves)} GPU node(s) read from {path}: "
                       f"{len(sizes)} leaf switch(es) ("
                       + ", ".join(f"{leaf}: {n}" for leaf, n in sorted(sizes.items())[:5])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.gpudirect import (
     dma_buf_by_rule,
 )
@@ -57,23 +58,16 @@ _value:
   type: bool
 """
 
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
 def rdma_peermem_wanted(setting: Any, gpu_node: Any, fabric: Any, flavour: Any,
                         kernel: Any) -> bool:
-    word = str(setting).strip().lower()
-    if word == "auto":
+    if str(setting).strip().lower() == "auto":
         return (bool(gpu_node) and fabric in ("infiniband", "roce")
                 and not dma_buf_by_rule(str(flavour or ""), str(kernel or "")))
-    if isinstance(setting, bool):
-        return setting
-    if word in _TRUE:
-        return True
-    if word in _FALSE:
-        return False
-    raise AnsibleFilterError(f"rdma_peermem must be auto, true or false, got {setting!r}")
+    try:
+        return boolean(setting, strict=True)
+    except TypeError:
+        raise AnsibleFilterError(
+            f"rdma_peermem must be auto, true or false, got {setting!r}") from None
 
 
 class FilterModule:
