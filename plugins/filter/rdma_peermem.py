@@ -58,6 +58,7 @@ _value:
   type: bool
 """
 
+
 def rdma_peermem_wanted(setting: Any, gpu_node: Any, fabric: Any, flavour: Any,
                         kernel: Any) -> bool:
     if str(setting).strip().lower() == "auto":
