@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from provisioner import ibnet
+from provisioner import ibnet, mig
 from provisioner import inventory as inv_mod
 from provisioner.errors import InputError
 from provisioner.matrix import (
@@ -73,6 +73,9 @@ class HostPlan:
     # The leaf switch the plan read for this compute node from the inventory's
     # slurm_ibnetdiscover (None: the inventory's own slurm_switch, if any, stands).
     slurm_switch: str | None = None
+    # The MIG layout of each GPU (provisioner/mig.py): None is not managed; per GPU, None is MIG
+    # off, else the instance profiles in creation order.
+    mig_layout: tuple[mig.GpuLayout, ...] | None = None
 
     def variables(self) -> dict[str, Any]:
         """Host variables handed to the roles (written into the plan inventory)."""
@@ -91,6 +94,8 @@ class HostPlan:
         out["gpu_expected"] = self.expected()
         if self.slurm_switch is not None:
             out["slurm_switch"] = self.slurm_switch
+        if self.mig_layout is not None:
+            out["gpu_mig_layout_planned"] = mig.as_vars(self.mig_layout)
         return out
 
     def expected(self) -> dict[str, Any]:
@@ -107,6 +112,8 @@ class HostPlan:
         if self.nvlink_domain is not None:
             out["nvlink_domain"] = self.nvlink_domain
             out["nvlink_domain_hosts"] = list(self.nvlink_domain_hosts)
+        if self.mig_layout is not None:
+            out["mig_layout"] = mig.as_vars(self.mig_layout)
         return out
 
 
@@ -197,7 +204,10 @@ def build(inventory_path: str | Path, matrix: StackMatrix | None = None,
             raise InputError(f"{where}: {exc}") from exc
         fabric = str(entry.vars.get("fabric") or profile.fabric)
         gpu_fabrics.add(fabric)
+        layout = mig.resolve_host(where, name, entry.vars.get("gpu_mig_layout"), profile)
         plan.hosts[name] = _gpu_host(name, profile, host_stack, fabric, matrix, memo)
+        if layout is not None:
+            plan.hosts[name] = replace(plan.hosts[name], mig_layout=layout)
     _add_cpu_hosts(plan, matrix, gpu_fabrics)
     _add_nvlink_domains(plan)
     _add_fabric_leaves(plan)

@@ -39,7 +39,7 @@ HARDWARE_FIELDS: tuple[str, ...] = (
 SIM_FIELDS: tuple[str, ...] = (
     *HARDWARE_FIELDS, "fabric", "multi_node_nvlink", "busbw_floor_intra_gbps",
     "busbw_floor_inter_gbps",
-    "memory_bandwidth_gbps", "simulated",
+    "memory_bandwidth_gbps", "simulated", "mig_profiles",
 )
 
 
@@ -70,6 +70,42 @@ def validation_error_line(path: Path, exc: ValidationError, prefix: tuple[str, .
     more = exc.error_count() - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{path}: {loc}: {first['msg']}{tail}"
+
+
+# A GPU-instance profile name as `nvidia-smi mig -lgip` prints it without its "MIG " prefix:
+# compute slices, "g.", memory in GB, "gb", and an optional extension (+me: media engines).
+_MIG_NAME = r"^[1-8]g\.[0-9]+gb(\+[a-z]+)?$"
+# Memory slices of a MIG-capable GPU: placements are start slots 0..7 (nvidia-smi mig -lgipp
+# prints "{0,4}:4", the starts and the size in slices).
+MIG_MEMORY_SLOTS = 8
+
+
+class MigProfile(BaseModel):
+    """One GPU-instance profile of a MIG-capable GPU, as `nvidia-smi mig -lgip` and `-lgipp`
+    list it (profiles.yml cites the source of each table)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=_MIG_NAME)
+    id: int = Field(ge=0, le=63)
+    # Compute slices (the leading "Ng") and memory slices (the ":N" of -lgipp), of 7 and 8.
+    slices: int = Field(ge=1, le=7)
+    memory_slices: int = Field(ge=1, le=MIG_MEMORY_SLOTS)
+    # The instance's framebuffer as nvidia-smi prints it (MiB), and its SM count.
+    memory_mib: int = Field(gt=0)
+    multiprocessors: int | None = Field(default=None, gt=0)
+    # How many instances of this profile one GPU holds at most ("Instances Total").
+    instances: int = Field(ge=1, le=7)
+    # The memory slots an instance may start at (-lgipp's "{0,4}").
+    placements: tuple[int, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> MigProfile:
+        for start in self.placements:
+            if start < 0 or start + self.memory_slices > MIG_MEMORY_SLOTS:
+                raise ValueError(f"placement {start} of {self.name} with {self.memory_slices} "
+                                 f"memory slices does not fit the GPU's {MIG_MEMORY_SLOTS}")
+        return self
 
 
 class Profile(BaseModel):
@@ -118,6 +154,9 @@ class Profile(BaseModel):
     copy_d2h_gbps_min: float | None = Field(default=None, gt=0)
     copy_d2d_gbps_min: float | None = Field(default=None, gt=0)
     burn_tflops_min: float | None = Field(default=None, gt=0)
+    # The GPU-instance profiles of a MIG-capable GPU (empty: no MIG, or none listed here): what
+    # a host's gpu_mig_layout may name (provisioner/mig.py).
+    mig_profiles: tuple[MigProfile, ...] = ()
     simulated: bool
     sources: tuple[str, ...] = Field(min_length=1)
 
@@ -146,6 +185,9 @@ class Profile(BaseModel):
                              "be met")
         if self.fabric in ("infiniband", "roce") and self.ib_hcas == 0:
             raise ValueError(f"fabric: {self.fabric} needs ib_hcas > 0 (RDMA adapters)")
+        names = [mig.name for mig in self.mig_profiles]
+        if len(set(names)) != len(names) or len({m.id for m in self.mig_profiles}) != len(names):
+            raise ValueError("mig_profiles: each name and each id may appear once")
         line = pcie_gbps(self.pcie_gen, self.pcie_width)
         for key in ("copy_h2d_gbps_min", "copy_d2h_gbps_min"):
             floor = getattr(self, key)
@@ -165,6 +207,8 @@ class Profile(BaseModel):
         out: dict[str, Any] = {"name": self.name}
         for key in SIM_FIELDS:
             value = getattr(self, key)
+            if key == "mig_profiles":
+                value = [mig.model_dump(mode="json") for mig in value]
             out[key] = list(value) if isinstance(value, tuple) else value
         return out
 

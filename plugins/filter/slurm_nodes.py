@@ -76,21 +76,25 @@ def _lines(text: str, keyword: str) -> list[dict[str, str]]:
 
 
 def parse_node_lines(text: str) -> dict[str, dict[str, Any]]:
-    """``NodeName=`` lines of a slurm.conf: name -> record (one node per line, as ours are)."""
+    """``NodeName=`` lines of a slurm.conf: name -> record (one node per line, as ours are).
+    A node with MIG devices (more than one GRES entry) keeps its whole ``Gres=`` as ``gres``."""
     out: dict[str, dict[str, Any]] = {}
     for fields in _lines(text, "nodename"):
         name = fields.get("nodename", "")
-        parts = fields.get("gres", "").split(":")
+        entries = [entry.split(":") for entry in fields.get("gres", "").split(",")]
         if not name or name.upper() == "DEFAULT" or "," in name or "[" in name:
             continue
-        if len(parts) != 3 or parts[0] != "gpu" or not parts[2].isdigit():
+        if any(len(p) != 3 or p[0] != "gpu" or not p[2].isdigit() for p in entries):
             continue
         try:
             cpus, memory = int(fields["cpus"]), int(fields["realmemory"])
         except (KeyError, ValueError):
             continue
+        parts = entries[0]
         out[name] = {"name": name, "addr": fields.get("nodeaddr", name), "cpus": cpus,
                      "real_memory_mb": memory, "gpu_type": parts[1], "gpu_count": int(parts[2])}
+        if len(entries) > 1:
+            out[name]["gres"] = fields["gres"]
     return out
 
 

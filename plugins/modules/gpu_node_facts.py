@@ -26,6 +26,10 @@ description:
     or none - from the CUDA driver's C(DMA_BUF_SUPPORTED) device attribute where the library is
     there, else from the loaded module's flavour (O(nvidia_proc_version)) and the kernel release;
     on an InfiniBand or RoCE fabric a node without one fails.
+  - The C(mig) subset, read only where O(expected) has a C(mig_layout) (the plan's, one entry
+    per GPU), is each GPU's MIG mode (C(nvidia-smi -q -x)) and GPU instances
+    (C(nvidia-smi mig -lgi)), one C(gpu<i>_mig) check per GPU. On a node with MIG on, C(dcgmi
+    diag) is not run (it does not run on MIG GPUs): the C(dcgm_diag) check is skipped, saying so.
   - Read-only.
 options:
   expected:
@@ -37,8 +41,8 @@ options:
     description: What to read.
     type: list
     elements: str
-    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect]
-    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect]
+    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig]
+    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig]
   ib_sysfs_root:
     description: Root of the InfiniBand class directory.
     type: path
@@ -124,6 +128,9 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.ib_sysfs import (
     read_ib_sysfs,
 )
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.mig import (
+    read_instances,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.nvlink import (
     parse_nvlink_status,
 )
@@ -141,7 +148,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_xid,
 )
 
-SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex", "gpudirect"]
+SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex", "gpudirect", "mig"]
 
 
 def run_tool(module, args):
@@ -225,6 +232,21 @@ def read_imex(module, nodes_config):
     return out
 
 
+def read_mig(module, gpu):
+    """{modes, instances} of the GPUs nvidia-smi -q -x read (mig.parse_lgi), or {error}."""
+    if not gpu or gpu.get("error"):
+        return {"error": "nvidia-smi -q -x was not read"}
+    modes = dict((g["index"], bool(g.get("mig_mode"))) for g in gpu.get("gpus") or [])
+    instances = {}
+    if any(modes.values()):
+        try:
+            instances = read_instances(module.run_command,
+                                       module.get_bin_path("nvidia-smi") or "nvidia-smi")
+        except RuntimeError as exc:
+            return {"error": str(exc)}
+    return {"modes": modes, "instances": instances}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -266,7 +288,17 @@ def main():
             for event in events:
                 event["fatal"] = event.get("xid") in FATAL_XIDS
             facts["xid"] = {"events": events}
-    if "dcgm" in p["subsets"]:
+    mig_gpus = [g["index"] for g in (facts.get("gpu") or {}).get("gpus") or [] if g.get("mig_mode")]
+    if "mig" in p["subsets"] and p["expected"].get("mig_layout") is not None:
+        facts["mig"] = read_mig(module, facts.get("gpu"))
+    if "dcgm" in p["subsets"] and mig_gpus:
+        # DCGM's diagnostic refuses a node with MIG on ("GPU N's MIG configuration is
+        # incompatible with the diagnostic because it prevents access to the entire GPU",
+        # NVIDIA/DCGM issues #31 and #70: any GPU's layout blocks the others too): the reason
+        # is the check's, not a failure of the node.
+        facts["dcgm"] = {"skipped": "MIG is on (GPU %s): dcgmi diag does not run on MIG GPUs"
+                                    % ", ".join(map(str, mig_gpus))}
+    elif "dcgm" in p["subsets"]:
         dcgmi = module.get_bin_path("dcgmi")
         if dcgmi:
             # dcgmi exits non-zero when a test fails: judge by the table, not the exit code.

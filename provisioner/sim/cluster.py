@@ -619,6 +619,9 @@ SIM_PCI_SYSFS = f"{SIM_SYSFS}/bus/pci/devices"
 # The loaded module's version (tools/node.py MODULE_VERSION_FILE): written by the driver
 # package's install and by every boot (gpu-sim-boot), read as /sys/module/nvidia/version.
 SIM_DRIVER_VERSION_FILE = MODULE_VERSION_FILE
+# The stand-in /proc of the NVIDIA driver's files (tools/node.py PROC_VERSION_FILE and the MIG
+# capability minors beside it).
+SIM_PROC_ROOT = PROC_VERSION_FILE.split("/driver/", 1)[0]
 
 
 # A simulated cluster is a demo and a test bed: a fault injected into a running node shows in
@@ -640,6 +643,7 @@ def sim_inventory_vars() -> dict[str, Any]:
         "provisioner_simulated": True,
         "nvidia_driver_loaded_version_file": SIM_DRIVER_VERSION_FILE,
         "gpu_validate_nvidia_proc_version": PROC_VERSION_FILE,
+        "gpu_mig_proc_root": SIM_PROC_ROOT,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
         "rdma_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,

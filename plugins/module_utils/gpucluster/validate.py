@@ -11,6 +11,7 @@ from .checks import FAIL, PASS, SKIP, WARN, check_result
 from .counters import counter_checks
 from .fabric import fabric_checks, imex_checks
 from .gpudirect import gpudirect_checks
+from .mig import same_layout
 
 SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
@@ -39,6 +40,8 @@ def evaluate(facts, expected):
         checks.extend(counter_checks(facts.get("counters")))
     if "gpudirect" in facts:
         checks.extend(gpudirect_checks(facts.get("gpudirect"), expected))
+    if "mig" in facts:
+        checks.extend(_mig_checks(facts.get("mig"), expected))
     return checks
 
 
@@ -254,6 +257,8 @@ def _xid_checks(xid):
 
 
 def _dcgm_checks(dcgm, exp):
+    if dcgm and dcgm.get("skipped"):
+        return [check_result("dcgm_diag", SKIP, None, "pass", dcgm["skipped"])]
     if dcgm is None:
         status = FAIL if exp.get("dcgm_required") else SKIP
         return [check_result("dcgm_diag", status, None, "pass", "dcgmi not installed")]
@@ -266,3 +271,37 @@ def _dcgm_checks(dcgm, exp):
                          "DCGM level-%s diagnostic failed: %s"
                          % (dcgm.get("level"), ", ".join(failed))
                          if failed else "DCGM level-%s diagnostic passed" % dcgm.get("level"))]
+
+
+def _mig_checks(mig, expected):
+    """One check per GPU, ``gpu<i>_mig``: its MIG mode and instances against the plan.
+    ``mig``: {modes: {index: bool}, instances: mig.parse_lgi, error}."""
+    planned = expected.get("mig_layout")
+    if planned is None:
+        return []
+    if not mig or mig.get("error"):
+        why = (mig or {}).get("error") or "not read"
+        return [check_result("mig_layout", FAIL, None, "as planned",
+                             "cannot read the MIG layout: %s" % why)]
+    out = []
+    for index, want in enumerate(planned):
+        name = "gpu%d_mig" % index
+        on = mig["modes"].get(index)
+        have = sorted(i["name"] for i in mig["instances"].get(index, []))
+        if on is None:
+            out.append(check_result(name, SKIP, None, want,
+                                    "GPU %d not listed (gpu_count judges it)" % index))
+        elif want is None:
+            out.append(check_result(
+                name, FAIL if on else PASS, "enabled" if on else "disabled", "disabled",
+                "MIG is on, the plan has it off" if on else "MIG off as planned"))
+        elif not on:
+            out.append(check_result(name, FAIL, "disabled", sorted(want),
+                                    "MIG is off, the plan has %s" % ", ".join(want)))
+        else:
+            ok = same_layout(have, want)
+            out.append(check_result(
+                name, PASS if ok else FAIL, have, sorted(want),
+                "MIG instances as planned: %s" % ", ".join(have) if ok else
+                "MIG instances %s, the plan has %s" % (", ".join(have) or "none", ", ".join(want))))
+    return out
