@@ -26,10 +26,17 @@ description:
     or none - from the CUDA driver's C(DMA_BUF_SUPPORTED) device attribute where the library is
     there, else from the loaded module's flavour (O(nvidia_proc_version)) and the kernel release;
     on an InfiniBand or RoCE fabric a node without one fails.
+  - The C(roce_qos) subset, read only where O(expected) says the fabric is C(roce), is each RoCE
+    port's PFC and ECN as the node shows them - its interface (the GID table's
+    C(gid_attrs/ndevs)), the ECN enable files of MLNX_OFED's mlx5 driver under
+    O(net_sysfs_root) and C(dcb pfc show dev) (iproute2), else C(mlnx_qos -i) - one
+    C(roce_qos_<dev>_port<n>) check per port, report-only. It passes when PFC or ECN is on for a
+    priority, warns when everything read is off and skips naming what could not be read. The
+    switches are not read and nothing is configured.
   - The C(mig) subset, read only where O(expected) has a C(mig_layout) (the plan's, one entry
     per GPU), is each GPU's MIG mode (C(nvidia-smi -q -x)) and GPU instances
     (C(nvidia-smi mig -lgi)), one C(gpu<i>_mig) check per GPU. On a node with MIG on, C(dcgmi
-    diag) is not run (it does not run on MIG GPUs): the C(dcgm_diag) check is skipped, saying so.
+    diag) is not run (it does not run on MIG GPUs); the C(dcgm_diag) check is skipped, saying so.
   - Read-only.
 options:
   expected:
@@ -41,12 +48,17 @@ options:
     description: What to read.
     type: list
     elements: str
-    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig]
-    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig]
+    choices: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig, roce_qos]
+    default: [gpu, nvlink, topo, ib, xid, dcgm, counters, imex, gpudirect, mig, roce_qos]
   ib_sysfs_root:
     description: Root of the InfiniBand class directory.
     type: path
     default: /sys/class/infiniband
+  net_sysfs_root:
+    description: Root of the network interfaces' class directory (the RoCE ports' ECN files
+      are read under it, C(<root>/<interface>/ecn/)).
+    type: path
+    default: /sys/class/net
   nccl_conf:
     description: NCCL's system-wide settings file; on a RoCE fabric its C(NCCL_IB_GID_INDEX) is
       judged against every port's GID table (it must name the RoCE v2 IPv4-mapped entry).
@@ -89,7 +101,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 facts:
-  description: Parsed facts per subset (gpu, nvlink, topo, ib, xid, dcgm, counters); a subset
+  description: Parsed facts per subset (gpu, nvlink, topo, ib, xid, dcgm, counters, ...); a subset
     that could not be read has an error key. C(counters) holds C(now), this run's reading, and
     C(before), the one it was judged against.
   returned: always
@@ -137,6 +149,10 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.nvsmi_xml import (
     parse_nvidia_smi_xml,
 )
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.roce_qos import (
+    NET_ROOT,
+    read_roce_qos,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.topo import (
     parse_topo_matrix,
 )
@@ -148,7 +164,8 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_xid,
 )
 
-SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex", "gpudirect", "mig"]
+SUBSETS = ["gpu", "nvlink", "topo", "ib", "xid", "dcgm", "counters", "imex", "gpudirect", "mig",
+           "roce_qos"]
 
 
 def run_tool(module, args):
@@ -256,6 +273,7 @@ def main():
             imex_nodes_config=dict(type="path", default="/etc/nvidia-imex/nodes_config.cfg"),
             nvidia_proc_version=dict(type="path", default=NVIDIA_PROC_VERSION),
             ib_sysfs_root=dict(type="path", default="/sys/class/infiniband"),
+            net_sysfs_root=dict(type="path", default=NET_ROOT),
             nccl_conf=dict(type="path", default="/etc/nccl.conf"),
             pci_sysfs_root=dict(type="path", default="/sys/bus/pci/devices"),
             counters_before=dict(type="dict"),
@@ -314,6 +332,12 @@ def main():
         facts["imex"] = read_imex(module, p["imex_nodes_config"])
     if "gpudirect" in p["subsets"]:
         facts["gpudirect"] = read_gpudirect(p["nvidia_proc_version"])
+    if "roce_qos" in p["subsets"] and p["expected"].get("fabric") == "roce":
+        try:
+            facts["roce_qos"] = read_roce_qos(p["ib_sysfs_root"], p["net_sysfs_root"],
+                                              lambda args: run_tool(module, args))
+        except Exception as exc:  # a reader bug must not hide the other subsets
+            facts["roce_qos"] = {"error": "read failed: %s" % exc}
     if "counters" in p["subsets"]:
         root = p["ib_sysfs_root"]
         ib = facts.get("ib")

@@ -33,6 +33,7 @@ from provisioner.sim.faults import (
     KERNEL_FILES,
     LINK_RATE_FILE,
     MIRROR_FAULTS,
+    NET_SYSFS,
     fault_file_text,
     for_node,
     has_fault,
@@ -51,7 +52,7 @@ from provisioner.sim.image import ensure_image
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
 from provisioner.sim.stand_in_packages import Mirror, build_mirror
-from provisioner.sim.sysfs import write_ib_sysfs, write_pci_sysfs
+from provisioner.sim.sysfs import write_ib_sysfs, write_net_sysfs, write_pci_sysfs
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
     DRIVER_VERSION_FILE,
@@ -175,8 +176,9 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
 
 
 # How nodes and the mirror are created and booted (restart policy, boot unit, machine id, the
-# mirror's server): a change recreates a cluster made by an older one instead of reusing it.
-NODE_RUNTIME = 5
+# mirror's server, the stand-ins a node is created with, such as dcb on RoCE nodes): a change
+# recreates a cluster made by an older one instead of reusing it.
+NODE_RUNTIME = 6
 
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
 FAULT_FILES = ("etc/gpu-sim/faults",)
@@ -210,7 +212,7 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
                         _add_file(tar, path, data, mode)
         # A healed node loses the newer kernel as `apt remove` would take it: image, modules
         # (the DKMS-built ones included), headers and DKMS' record of builds for it.
-        script = (f"rm -rf {SIM_IB_SYSFS} {SIM_PCI_SYSFS} "
+        script = (f"rm -rf {SIM_IB_SYSFS} {SIM_PCI_SYSFS} {SIM_NET_SYSFS} "
                   + " ".join(f"/{p}" for p in kernel_paths)
                   + f" /var/lib/dkms/*/*/{newer}")
         if not has_fault(parse_faults(faults), "reboot-no-return"):
@@ -572,6 +574,10 @@ def _gpu_node_files(profile_json: Mapping[str, Any], faults: list[str],
         (f"etc/systemd/system/sysinit.target.wants/{DEVICES_UNIT}",
          f"/etc/systemd/system/{DEVICES_UNIT}".encode(), -1),
     ]
+    if str(profile_json.get("fabric", "")).lower() == "roce":
+        # iproute2's dcb answers for interfaces of the node's network namespace, which has none
+        # of the simulated HCAs': the stand-in shows their PFC (tools/dcb.py).
+        out.append(("usr/local/bin/dcb", tool_script("dcb"), 0o755))
     out += _sysfs_tree(profile_json, faults)
     out += kernel_files(parse_faults(faults), kernel)
     if "imex_nodes" in profile_json:
@@ -616,6 +622,9 @@ SIM_KERNEL_LOG = "/var/lib/gpu-sim/dmesg"
 SIM_SYSFS = "/var/lib/gpu-sim/sysfs"
 SIM_IB_SYSFS = f"{SIM_SYSFS}/class/infiniband"
 SIM_PCI_SYSFS = f"{SIM_SYSFS}/bus/pci/devices"
+# The RoCE HCAs' network interfaces (their ECN enable files), as /sys/class/net: beside
+# SIM_IB_SYSFS, where the faults (mlx5_N-ecn-off) write.
+SIM_NET_SYSFS = NET_SYSFS
 # The loaded module's version (tools/node.py MODULE_VERSION_FILE): written by the driver
 # package's install and by every boot (gpu-sim-boot), read as /sys/module/nvidia/version.
 SIM_DRIVER_VERSION_FILE = MODULE_VERSION_FILE
@@ -645,6 +654,7 @@ def sim_inventory_vars() -> dict[str, Any]:
         "gpu_validate_nvidia_proc_version": PROC_VERSION_FILE,
         "gpu_mig_proc_root": SIM_PROC_ROOT,
         "gpu_validate_ib_sysfs_root": SIM_IB_SYSFS,
+        "gpu_validate_net_sysfs_root": SIM_NET_SYSFS,
         "rdma_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
         "preflight_pci_sysfs_root": SIM_PCI_SYSFS,
@@ -777,8 +787,9 @@ def _devices_script(profile: Mapping[str, Any]) -> str:
 
 def _sysfs_tree(profile_json: Mapping[str, Any],
                 faults: Iterable[str]) -> list[tuple[str, bytes | None, int]]:
-    """The simulated /sys/class/infiniband and /sys/bus/pci/devices (the GPUs' and HCAs' PCI
-    functions, linked from each HCA's ``device``), placed under /var/lib/gpu-sim/sysfs."""
+    """The simulated /sys/class/infiniband, /sys/bus/pci/devices (the GPUs' and HCAs' PCI
+    functions, linked from each HCA's ``device``) and, on a RoCE profile, /sys/class/net (the
+    HCAs' interfaces and their ECN files), placed under /var/lib/gpu-sim/sysfs."""
     base = SIM_SYSFS.lstrip("/")
     out: list[tuple[str, bytes | None, int]] = [("var/lib/gpu-sim/sysfs", None, 0o755)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -787,6 +798,8 @@ def _sysfs_tree(profile_json: Mapping[str, Any],
         write_pci_sysfs(pci, profile_json, list(faults))
         write_ib_sysfs(root / Path(SIM_IB_SYSFS).relative_to(SIM_SYSFS), profile_json,
                        list(faults), pci_root=pci)
+        write_net_sysfs(root / Path(SIM_NET_SYSFS).relative_to(SIM_SYSFS), profile_json,
+                        list(faults))
         for dirpath, dirnames, filenames in sorted(os.walk(root)):
             here = Path(dirpath)
             for name in sorted(dirnames + filenames):

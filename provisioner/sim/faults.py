@@ -50,6 +50,13 @@ NET_SLOW_RATE = "200mbit"
 # The rate the node's interface has, read at every boot (gpu-sim-boot: a container that restarts
 # gets a fresh network namespace without the bucket).
 LINK_RATE_FILE = "/etc/gpu-sim/eth0-rate-mbit"
+# Where a simulated node keeps its RoCE ports' network interfaces (what /sys/class/net holds on a
+# real node: their ECN enable files), beside IB_SYSFS.
+NET_SYSFS = "/var/lib/gpu-sim/sysfs/class/net"
+# The priority the simulated RoCE ports carry their lossless traffic on, with PFC and ECN both on
+# there: 3, the priority RoCE set-ups commonly make lossless (the simulation's choice; no NVIDIA
+# default is claimed).
+ROCE_PRIORITY = 3
 # What mlx5_N-symbol-errors puts in its port's symbol_error counter: far over validate's
 # threshold for any interval shorter than 100 hours, well below the counter's 16-bit maximum.
 SYMBOL_ERRORS = 1000
@@ -146,6 +153,16 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               "the RoCE port of HCA mlx5_N has no IPv4-mapped GID (its interface has no IPv4 "
               "address): only the link-local entries are in its GID table", (IB_SYSFS,),
               ("InfiniBand sysfs",)),
+    # RoCE only: what the node shows of a port's congestion handling (validate's roce_qos
+    # check): ECN off is the interface's ECN enable files reading 0 for every priority, PFC off
+    # is `dcb pfc show` (the stand-in) reporting every priority off. With both, validate warns.
+    FaultKind("hca-ecn-off", "mlx5_N-ecn-off", r"mlx5_(?P<hca>\d+)-ecn-off", "hca",
+              "ECN is off on every priority of the RoCE port of HCA mlx5_N: its interface's "
+              "ecn/roce_np and ecn/roce_rp enable files read 0", (NET_SYSFS,),
+              ("network interface sysfs (ECN)",)),
+    FaultKind("hca-pfc-off", "mlx5_N-pfc-off", r"mlx5_(?P<hca>\d+)-pfc-off", "hca",
+              "PFC is off on every priority of the RoCE port of HCA mlx5_N: dcb pfc show "
+              "reports prio-pfc off everywhere", (FAULTS_FILE,), ("dcb",)),
     # Counters are judged by their rise between two readings: injected into a running node
     # (`sim up --fault` on a running cluster), the count rises between two runs of validate or
     # gpuc-health; on a new node it is the first reading, a baseline.
@@ -269,6 +286,15 @@ def has_fault(faults: Iterable[Fault], key: str) -> bool:
     return any(fault.kind.key == key for fault in faults)
 
 
+def roce_lossless_priorities(faults: Iterable[Fault], hca: int, mechanism: str) -> list[int]:
+    """The priorities the RoCE port of HCA ``hca`` has ``mechanism`` ("pfc" or "ecn") on:
+    ROCE_PRIORITY, or none when the HCA has the mechanism's fault (mlx5_N-pfc-off,
+    mlx5_N-ecn-off)."""
+    key = f"hca-{mechanism}-off"
+    off = any(fault.kind.key == key and fault.hca == hca for fault in faults)
+    return [] if off else [ROCE_PRIORITY]
+
+
 def other_driver_version(version: str) -> str:
     """The driver ``driver-other-version`` reports: one branch up (550.54.15 -> 551.54.15)."""
     branch, sep, rest = version.partition(".")
@@ -357,6 +383,14 @@ def _profile_int(profile: Mapping[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+# The faults only a RoCE port can have, and what of the port each one changes.
+_ROCE_ONLY = {
+    "hca-no-ipv4-gid": "a GID table's IPv4 entry",
+    "hca-ecn-off": "ECN on an HCA port",
+    "hca-pfc-off": "PFC on an HCA port",
+}
+
+
 def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
     fault = spec.fault
     where = f"sim up: fault {spec.text!r}: profile {profile.get('name', '?')}"
@@ -374,9 +408,10 @@ def _check_in_profile(spec: FaultSpec, profile: Mapping[str, Any]) -> None:
         if fault.hca >= hcas:
             span = f" (mlx5_0..mlx5_{hcas - 1})" if hcas else ""
             raise InputError(f"{where} has {hcas} HCAs{span}")
-    if fault.kind.key == "hca-no-ipv4-gid" and str(profile.get("fabric", "")).lower() != "roce":
-        raise InputError(f"{where}'s fabric is {profile.get('fabric', 'infiniband')}: a GID "
-                         "table's IPv4 entry is a RoCE port's")
+    roce_only = _ROCE_ONLY.get(fault.kind.key)
+    if roce_only and str(profile.get("fabric", "")).lower() != "roce":
+        raise InputError(f"{where}'s fabric is {profile.get('fabric', 'infiniband')}: "
+                         f"{roce_only} is a RoCE port's")
     if fault.kind.key == "fabric-in-progress" and not profile.get("multi_node_nvlink"):
         raise InputError(f"{where} has no multi-node NVLink: its GPUs register with no NVLink "
                          "domain")

@@ -1,5 +1,6 @@
-"""A simulated ``/sys/class/infiniband`` tree for the simulated cluster's HCAs, and the
-``/sys/bus/pci/devices`` entries of its GPUs and HCAs (their PCIe AER counters).
+"""A simulated ``/sys/class/infiniband`` tree for the simulated cluster's HCAs, the
+``/sys/bus/pci/devices`` entries of its GPUs and HCAs (their PCIe AER counters) and, on a RoCE
+profile, the ``/sys/class/net`` entries of the HCAs' network interfaces (their ECN enable files).
 
 The files hold exactly the text the mlx5 driver and the kernel's AER statistics expose, so the
 fact gathering and checks read them unchanged. Each device also carries a ``SIMULATED`` marker
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.errors import InputError
-from provisioner.sim.faults import SYMBOL_ERRORS, parse_faults
+from provisioner.sim.faults import SYMBOL_ERRORS, parse_faults, roce_lossless_priorities
 from provisioner.sim.tools.node import gpu_bus
 
 MARKER_NAME = "SIMULATED"
@@ -98,6 +99,15 @@ def hca_address(number: int) -> str:
     """The PCI address the simulation gives HCA ``mlx5_<number>``: one function on a bus of
     its own, clear of the GPUs' bus numbers (tools/node.py HGX_BUS_NUMBERS)."""
     return f"0000:{0xA0 + number:02x}:00.0"
+
+
+def roce_netdev(number: int) -> str:
+    """The network interface of RoCE HCA ``mlx5_<number>``: udev's PCI path form, en +
+    p<bus>s<slot>f<function> (systemd.net-naming-scheme(7), ID_NET_NAME_PATH) on the bus of
+    hca_address, then "np0", the port suffix ConnectX interface names are often seen with (its
+    source is not confirmed here). Which name a real host gives depends on its udev and naming
+    scheme; the simulation claims none."""
+    return f"enp{0xA0 + number}s0f0np0"
 
 
 def gpu_address(profile: Mapping[str, Any], slot: int) -> str:
@@ -266,7 +276,9 @@ GID_TABLE_SIZE = 8
 
 
 def _gid_table(host: str, number: int, no_ipv4: bool) -> dict[str, str]:
-    """The port's gids/N and gid_attrs/types/N; without IPv4 only the link-local pair."""
+    """The port's gids/N, gid_attrs/types/N and gid_attrs/ndevs/N ("the net-device's name
+    associated with the GID", kernel Documentation/ABI/stable/sysfs-class-infiniband: the
+    port's interface, roce_netdev); without IPv4 only the link-local pair."""
     mac = hashlib.sha256(f"{host}:mlx5_{number}:mac".encode()).hexdigest()[:12]
     link_local = "fe80:0000:0000:0000:{}{}:{}ff:fe{}:{}".format(
         f"{int(mac[0:2], 16) ^ 2:02x}", mac[2:4], mac[4:6], mac[6:8], mac[8:12])
@@ -279,7 +291,40 @@ def _gid_table(host: str, number: int, no_ipv4: bool) -> dict[str, str]:
         files[f"ports/1/gids/{index}"] = f"{gid}\n"
         if index < len(entries):
             files[f"ports/1/gid_attrs/types/{index}"] = f"{_GID_TYPES[index % 2]}\n"
+            files[f"ports/1/gid_attrs/ndevs/{index}"] = f"{roce_netdev(number)}\n"
     return files
+
+
+# The two ends of ECN congestion control, one directory each under <interface>/ecn/, with one
+# enable file per priority 0..7 (NVIDIA MLNX_OFED documentation, "Explicit Congestion
+# Notification (ECN)"; the mlx5 driver prints each as "%d\n": module_utils roce_qos).
+_ECN_POINTS = ("roce_np", "roce_rp")
+_PRIORITIES = range(8)
+
+
+def write_net_sysfs(root: Path, profile: Mapping[str, Any], faults: Iterable[str]) -> None:
+    """Write ``<root>/<interface>/ecn/{roce_np,roce_rp}/enable/<0..7>`` for the interface of
+    each HCA of a RoCE profile (roce_netdev): 1 on faults.ROCE_PRIORITY, 0 elsewhere, 0
+    everywhere with mlx5_N-ecn-off. ``root`` plays ``/sys/class/net``; each interface carries
+    the SIMULATED marker. Files are only rewritten when their text changes; simulated interfaces
+    the profile no longer has are removed. Other profiles get none."""
+    roce = str(profile.get("fabric", "infiniband")).lower() == "roce"
+    hcas = _hca_count(profile) if roce else 0
+    parsed = parse_faults(faults)
+    wanted = set()
+    for number in range(hcas):
+        netdev = roce_netdev(number)
+        wanted.add(netdev)
+        _write_if_changed(root / netdev / MARKER_NAME, MARKER_TEXT)
+        on = roce_lossless_priorities(parsed, number, "ecn")
+        for point in _ECN_POINTS:
+            for prio in _PRIORITIES:
+                _write_if_changed(root / netdev / "ecn" / point / "enable" / str(prio),
+                                  "1\n" if prio in on else "0\n")
+    if root.is_dir():
+        for interface in root.iterdir():
+            if interface.name not in wanted and (interface / MARKER_NAME).is_file():
+                shutil.rmtree(interface)
 
 
 def _remove_stale_devices(root: Path, hcas: int) -> None:

@@ -224,7 +224,8 @@ def test_faults_are_injected_into_running_nodes_and_healed(
                                            "rm", "-f", "/run/gpu-sim/no-sshd", "&&", "systemctl",
                                            "start", "ssh.service;", "fi"]
             assert removal.split() == ["rm", "-rf", cluster_mod.SIM_IB_SYSFS,
-                                       cluster_mod.SIM_PCI_SYSFS, f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
+                                       cluster_mod.SIM_PCI_SYSFS, cluster_mod.SIM_NET_SYSFS,
+                                       f"/boot/vmlinuz-{newer}", f"/lib/modules/{newer}",
                                        f"/usr/src/linux-headers-{newer}",
                                        f"/var/lib/dkms/*/*/{newer}"]
         return out

@@ -55,6 +55,8 @@ EXAMPLES = {
     "net-slow": ("net-slow", {}),
     "net-slow-1400mbit": ("net-slow-mbit", {"mbit": 1400}),
     "mlx5_1-no-ipv4-gid": ("hca-no-ipv4-gid", {"hca": 1}),
+    "mlx5_0-ecn-off": ("hca-ecn-off", {"hca": 0}),
+    "mlx5_1-pfc-off": ("hca-pfc-off", {"hca": 1}),
     "gpu2-fabric-in-progress": ("fabric-in-progress", {"gpu": 2}),
     "mirror-503x2": ("mirror-503", {"count": 2}),
     "mirror-tampered-wheels": ("mirror-tampered-wheels", {}),
@@ -132,7 +134,7 @@ def test_specs_target_every_gpu_node_or_one() -> None:
 
 # Faults of a RoCE port: valid on a RoCE profile only; of a multi-node NVLink GPU: on such a
 # profile only.
-ROCE_ONLY = ("mlx5_1-no-ipv4-gid",)
+ROCE_ONLY = ("mlx5_1-no-ipv4-gid", "mlx5_0-ecn-off", "mlx5_1-pfc-off")
 MNNVL_ONLY = ("gpu2-fabric-in-progress",)
 GB200 = load_profiles()["sim-gb200-4gpu"].sim_json()
 

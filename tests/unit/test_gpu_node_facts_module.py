@@ -587,6 +587,49 @@ def test_a_roce_fabric_counts_ethernet_ports(monkeypatch: pytest.MonkeyPatch,
         "ib_mlx5_0_port1"]["detail"]
 
 
+def test_roce_ports_pfc_and_ecn_are_reported_never_failed(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    eth = ("4: ACTIVE", "5: LinkUp", "400 Gb/sec (4X NDR)", "Ethernet")
+    root = ib_sysfs(tmp_path / "ib", {"mlx5_0": eth, "mlx5_1": eth})
+    net = tmp_path / "net"
+    for device, netdev, ecn in (("mlx5_0", "ens1f0np0", "1"), ("mlx5_1", "ens1f1np1", "0")):
+        ndevs = Path(root) / device / "ports" / "1" / "gid_attrs" / "ndevs"
+        ndevs.mkdir()
+        for index in ("0", "1"):
+            (ndevs / index).write_text(netdev + "\n")
+        for point in ("roce_np", "roce_rp"):
+            enable = net / netdev / "ecn" / point / "enable"
+            enable.mkdir(parents=True)
+            for prio in range(8):
+                (enable / str(prio)).write_text((ecn if prio == 3 else "0") + "\n")
+    pfc3 = "pfc-cap 8 macsec-bypass off delay 0 \nprio-pfc " + " ".join(
+        f"{p}:{'on' if p == 3 else 'off'}" for p in range(8)) + " \n"
+    node = Node({"dcb pfc show dev ens1f0np0": (0, pfc3, ""),
+                 "dcb pfc show dev ens1f1np1": (0, pfc3.replace("3:on", "3:off"), "")},
+                tools={"dcb"})
+    result = run(monkeypatch, node, expected=expected(fabric="roce"), subsets=["roce_qos"],
+                 ib_sysfs_root=root, net_sysfs_root=str(net))
+    checks = by_name(result)
+    assert {n: (c["status"], c["measured"]) for n, c in checks.items()} == {
+        "roce_qos_mlx5_0_port1": ("pass", "PFC 3; ECN 3"),
+        "roce_qos_mlx5_1_port1": ("warn", "PFC off; ECN off")}
+    assert checks["roce_qos_mlx5_1_port1"]["detail"].startswith(
+        "mlx5_1/1 (ens1f1np1): PFC off on every priority (dcb); ECN off on every priority: "
+        "lossless RoCE usually needs PFC or ECN")
+    assert result["failed_checks"] == []
+    assert node.commands == ["dcb pfc show dev ens1f0np0", "dcb pfc show dev ens1f1np1"]
+    # Neither dcb nor mlnx_qos installed: PFC unknown, said; ECN still read.
+    bare = run(monkeypatch, Node({}, tools=set()), expected=expected(fabric="roce"),
+               subsets=["roce_qos"], ib_sysfs_root=root, net_sysfs_root=str(net))
+    port = by_name(bare)["roce_qos_mlx5_1_port1"]
+    assert (port["status"], port["measured"]) == ("skip", "PFC not read; ECN off")
+    assert "PFC not read (dcb not found; mlnx_qos not found)" in port["detail"]
+    # An InfiniBand fabric has no RoCE ports to read.
+    ib = run(monkeypatch, Node({}), expected=EXPECTED, subsets=["roce_qos"],
+             ib_sysfs_root=root, net_sysfs_root=str(net))
+    assert ib["facts"] == {} and ib["checks"] == []
+
+
 # --- Xid errors in the kernel log ---
 
 def test_a_fatal_xid_fails_and_is_flagged(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ from .counters import counter_checks
 from .fabric import fabric_checks, imex_checks
 from .gpudirect import gpudirect_checks
 from .mig import same_layout
+from .roce_qos import roce_qos_checks
 
 SPEED_TOLERANCE = 0.01  # NVLink speeds print with 3 decimals; allow rounding
 
@@ -20,7 +21,8 @@ def evaluate(facts, expected):
     """facts: {gpu, nvlink, ib, xid, dcgm, counters}; expected: profile fields plus
     driver_version, fabric, dcgm_required. Only the subsets present in facts are judged (a
     subset that was read but failed is present, with an error). ``counters``: {now, before},
-    error counter readings (counters.take_reading), judged by their increase."""
+    error counter readings (counters.take_reading), judged by their increase. ``roce_qos``:
+    the RoCE ports' PFC and ECN (roce_qos.read_roce_qos), reported, never failed."""
     checks = []
     if "gpu" in facts:
         checks.extend(_gpu_checks(facts.get("gpu"), expected))
@@ -42,6 +44,8 @@ def evaluate(facts, expected):
         checks.extend(gpudirect_checks(facts.get("gpudirect"), expected))
     if "mig" in facts:
         checks.extend(_mig_checks(facts.get("mig"), expected))
+    if "roce_qos" in facts:
+        checks.extend(roce_qos_checks(facts.get("roce_qos")))
     return checks
 
 
