@@ -1,5 +1,6 @@
 """SIMULATED dcgmi (gpu-cluster-provisioner): ``--version``, ``diag -r 1|2|3`` and ``health -c``
-in DCGM's table format, failing the checks an injected fault (/etc/gpu-sim/faults) would fail.
+in DCGM's table format, failing the checks an injected fault (/etc/gpu-sim/faults) would fail,
+and refusing to run on MIG-enabled GPUs the way DCGM's diagnostic does.
 
 Installed as ``/usr/bin/dcgmi`` by a simulated DCGM package, bundled with its version (see
 provisioner.sim.bundle).
@@ -7,10 +8,17 @@ provisioner.sim.bundle).
 
 from __future__ import annotations
 
+import json
 import sys
 
-from provisioner.sim.faults import read_fault_file
-from provisioner.sim.tools.node import FAULTS_FILE, read_text
+from provisioner.sim.faults import has_fault, read_fault_file
+from provisioner.sim.tools.node import (
+    FAULTS_FILE,
+    PROFILE_FILE,
+    read_mig_instances,
+    read_mig_modes,
+    read_text,
+)
 
 TESTS = ["Denylist", "NVML Library", "CUDA Main Library", "Permissions and OS Blocks",
          "Persistence Mode", "Environment Variables", "Page Retirement/Row Remap",
@@ -23,7 +31,52 @@ def row(name: str, result: str) -> str:
     return f"| {name:<25} | {result:<46} |"
 
 
+def mig_refusal() -> str | None:
+    """Why DCGM's diagnostic will not run on this node's MIG configuration, or None. The checks
+    and messages of DCGM's NvidiaValidationSuite::BuildCommonGpusList, GPU by GPU (all of the
+    node's: the diagnostic's default group): a GPU or compute instance smaller than the whole
+    GPU ("GPU 0's MIG configuration is incompatible with the diagnostic because it prevents
+    access to the entire GPU.", as dcgmi prints it on a real A100 in MIG mode), a MIG-enabled
+    GPU among several, a MIG-enabled GPU without compute instances."""
+    try:
+        profile = json.loads(read_text(PROFILE_FILE) or "{}")
+        count = int(profile.get("gpu_count", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    raw_profiles = profile.get("mig_profiles")
+    slices = [p.get("slices") for p in raw_profiles if isinstance(p, dict)] \
+        if isinstance(raw_profiles, list) else []
+    max_slices = max((s for s in slices if isinstance(s, int)), default=7)
+    faults = read_fault_file(read_text(FAULTS_FILE) or "")
+    present = [slot for slot in range(count)
+               if not has_fault([f for f in faults if f.gpu == slot], "missing")]
+    modes = read_mig_modes()
+    instances = read_mig_instances()
+    for gpu_id, slot in enumerate(present):
+        if not modes.get(slot, False):
+            continue
+        gpu_instances = instances.get(slot, [])
+        compute_instances = [ci for gi in gpu_instances for ci in gi["compute_instances"]]
+        if any(item["slices"] != max_slices for item in [*gpu_instances, *compute_instances]):
+            return (f"GPU {gpu_id}'s MIG configuration is incompatible with the diagnostic "
+                    "because it prevents access to the entire GPU.")
+        if len(present) > 1:
+            return ("Cannot run diagnostic: CUDA does not support enumerating GPUs with MIG mode "
+                    f"enabled, yet GPU {gpu_id} is MIG enabled and the diagnostic is attempting "
+                    f"to run on {len(present)} GPUs.")
+        if not compute_instances:
+            return ("Cannot run diagnostic: MIG is enabled, but no compute instances are "
+                    "configured. CUDA needs to execute on a compute instance if MIG is enabled.")
+    return None
+
+
 def diag(version: str) -> int:
+    refusal = mig_refusal()
+    if refusal:
+        # dcgmi prints the diagnostic's system error alone; its exit status here is assumed to
+        # be the diagnostic's error (DCGM_ST_NVVS_ERROR, as for a failed test): not confirmed.
+        sys.stdout.write(refusal + "\n")
+        return EXIT_DIAG_FAILED
     bad: dict[str, list[int]] = {}
     for fault in read_fault_file(read_text(FAULTS_FILE) or ""):
         if fault.kind.key == "ecc-uncorrectable" and fault.gpu is not None:

@@ -8,7 +8,9 @@ the stand-ins against a temporary directory.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 
 PROFILE_FILE = "/etc/gpu-sim/profile.json"
 FAULTS_FILE = "/etc/gpu-sim/faults"
@@ -32,6 +34,36 @@ PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
 # Every GPU reset (nvidia-smi -r) the node took: "<unix time> <PCI bus id>" lines, so a test can
 # tell that a reset happened and when.
 RESET_LOG = "/var/lib/gpu-sim/resets"
+# MIG mode of each GPU: "<slot> Enabled|Disabled" lines. It lives on the GPU (its InfoROM), so it
+# survives a reboot, unlike the GPU and compute instances (MIG_INSTANCES_FILE, under /run, which a
+# reboot empties): NVIDIA's MIG user guide, "the created MIG devices are not persistent across
+# system reboots".
+MIG_MODE_FILE = "/var/lib/gpu-sim/mig-mode"
+# The GPU instances and their compute instances: {"<slot>": [GPU instance...]}, each
+# {"id", "profile_id", "start", "slices", "memory_slices", "compute_instances": [{"id",
+# "profile_id", "start", "slices"}]} (start and slices of a compute instance count compute slices
+# inside its GPU instance).
+MIG_INSTANCES_FILE = "/run/gpu-sim/mig-instances.json"
+# What the loaded module exposes for MIG (a container's /proc cannot hold it): the capability
+# minors /proc/driver/nvidia-caps/mig-minors lists, and the dynamic character major the driver
+# registered as "nvidia-caps" (/proc/devices).
+MIG_MINORS_FILE = "/run/gpu-sim/proc/driver/nvidia-caps/mig-minors"
+PROC_DEVICES_FILE = "/run/gpu-sim/proc/devices"
+# A dynamic major: the one NVIDIA's MIG user guide shows for /dev/nvidia-caps ("Device Nodes and
+# Capabilities": `ls -l /dev/nvidia-caps` lists "508,  1 ... nvidia-cap1"; another host's may
+# differ, the driver takes whatever the kernel hands out).
+NVIDIA_CAPS_MAJOR = 508
+# The capability table is fixed, whatever is installed: config 1, monitor 2, then for each of the
+# driver's 32 possible GPU minors, 15 GPU instance IDs (0-14) of one access minor followed by
+# 8 compute instance minors, so gpuN/giM/access = 3 + 135*N + 9*M and its ciK = that + 1 + K.
+# NVIDIA's MIG user guide, "Device Nodes and Capabilities", prints the file from "gpu0/gi0/access
+# 3" to "gpu31/gi14/ci7/access 4322"; the same formula gives the gi2/gi3/gi9 minors (21, 30, 84)
+# a real A100 of driver 580 showed under /dev/nvidia-caps.
+MIG_MAX_GPUS = 32
+MIG_MAX_GPU_INSTANCES = 15
+MIG_MAX_COMPUTE_INSTANCES = 8
+MIG_MINORS_PER_GPU = MIG_MAX_GPU_INSTANCES * (1 + MIG_MAX_COMPUTE_INSTANCES)
+
 # Load the stand-in dcgm-exporter reports: "<gpu index|all> util=95 temp=88 fb_used=70000
 # power=650" lines (tests write it to drive the alerts).
 GPU_LOAD_FILE = "/var/lib/gpu-sim/gpu-load"
@@ -60,13 +92,37 @@ def read_text(path: str) -> str | None:
         return None
 
 
+def mig_minor(gpu: int, gpu_instance: int, compute_instance: int | None = None) -> int:
+    """The capability minor of ``gpu<gpu>/gi<gpu_instance>/access`` (or, with
+    ``compute_instance``, of its ``ci<compute_instance>/access``), as mig-minors lists it."""
+    access = 3 + MIG_MINORS_PER_GPU * gpu + (1 + MIG_MAX_COMPUTE_INSTANCES) * gpu_instance
+    return access if compute_instance is None else access + 1 + compute_instance
+
+
+def _mig_minors_py() -> str:
+    """A python3 -c program that prints mig-minors (python3 is on every simulated node: the
+    stand-ins run on it; a shell loop over 4,322 lines would be slower)."""
+    per_gi = 1 + MIG_MAX_COMPUTE_INSTANCES
+    access = f"{{3+{MIG_MINORS_PER_GPU}*g+{per_gi}*i}}"
+    ci = f"{{4+{MIG_MINORS_PER_GPU}*g+{per_gi}*i+c}}"
+    return (
+        r'print("config 1\nmonitor 2");'
+        f'[print(f"gpu{{g}}/gi{{i}}/access {access}", *(f"gpu{{g}}/gi{{i}}/ci{{c}}/access {ci}"'
+        f' for c in range({MIG_MAX_COMPUTE_INSTANCES})), sep="\\n")'
+        f" for g in range({MIG_MAX_GPUS}) for i in range({MIG_MAX_GPU_INSTANCES})]"
+    )
+
+
 def load_module_sh(indent: str = "") -> str:
     """Shell lines that load the installed driver's module: its version, and its banner in the
     two formats real drivers print (open: "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04
     Release Build", as a lent H200 showed; proprietary: "NVIDIA UNIX x86_64 Kernel Module
-    535.161.08  <build date>")."""
+    535.161.08  <build date>"); and what it exposes for MIG: the capability minors of all 32
+    possible GPUs (MIG_MINORS_FILE; the real driver lists them whatever the GPU count) and its
+    "nvidia-caps" major (PROC_DEVICES_FILE, only that line of /proc/devices)."""
+    dirs = (MODULE_VERSION_FILE, PROC_VERSION_FILE, MIG_MINORS_FILE)
     lines = [
-        f"mkdir -p {MODULE_VERSION_FILE.rsplit('/', 1)[0]} {PROC_VERSION_FILE.rsplit('/', 1)[0]}",
+        "mkdir -p " + " ".join(path.rsplit("/", 1)[0] for path in dirs),
         f"cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}",
         f"v=$(cat {DRIVER_VERSION_FILE}); m=$(uname -m)",
         f'if [ "$(cat {MODULE_FLAVOR_FILE} 2>/dev/null)" = open ]; then',
@@ -75,5 +131,62 @@ def load_module_sh(indent: str = "") -> str:
         '  b="NVIDIA UNIX $m Kernel Module  $v  SIMULATED"',
         "fi",
         f'printf "NVRM version: %s\\nGCC version:  SIMULATED\\n" "$b" > {PROC_VERSION_FILE}',
+        f"python3 -c '{_mig_minors_py()}' > {MIG_MINORS_FILE}",
+        f'printf "Character devices:\\n%s nvidia-caps\\n" {NVIDIA_CAPS_MAJOR} '
+        f"> {PROC_DEVICES_FILE}",
     ]
     return "".join(f"{indent}{line}\n" for line in lines)
+
+
+def read_mig_modes() -> dict[int, bool]:
+    """The MIG mode of each GPU slot MIG_MODE_FILE names (absent: disabled)."""
+    modes: dict[int, bool] = {}
+    for line in (read_text(MIG_MODE_FILE) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            modes[int(parts[0])] = parts[1].lower() in ("enabled", "1", "on")
+    return modes
+
+
+def write_mig_modes(modes: dict[int, bool]) -> None:
+    """Write MIG_MODE_FILE (raises OSError, PermissionError for a non-root user)."""
+    path = sim_path(MIG_MODE_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{slot} {'Enabled' if on else 'Disabled'}\n"
+                          for slot, on in sorted(modes.items()))
+
+
+def read_mig_instances() -> dict[int, list[dict[str, Any]]]:
+    """The GPU instances of each slot (MIG_INSTANCES_FILE); entries that are not well formed
+    are left out, an unreadable file reads as none (a reboot empties it anyway)."""
+    try:
+        data = json.loads(read_text(MIG_INSTANCES_FILE) or "{}")
+    except ValueError:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    if not isinstance(data, dict):
+        return out
+    keys = ("id", "profile_id", "start", "slices", "memory_slices")
+    for slot, gpu_instances in data.items():
+        if not str(slot).isdigit() or not isinstance(gpu_instances, list):
+            continue
+        kept = []
+        for gi in gpu_instances:
+            if not isinstance(gi, dict) or not all(isinstance(gi.get(k), int) for k in keys):
+                continue
+            cis = [ci for ci in gi.get("compute_instances") or [] if isinstance(ci, dict) and all(
+                isinstance(ci.get(k), int) for k in ("id", "profile_id", "start", "slices"))]
+            kept.append({**{k: gi[k] for k in keys}, "compute_instances": cis})
+        out[int(slot)] = kept
+    return out
+
+
+def write_mig_instances(instances: dict[int, list[dict[str, Any]]]) -> None:
+    """Write MIG_INSTANCES_FILE (raises OSError, PermissionError for a non-root user)."""
+    path = sim_path(MIG_INSTANCES_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = {str(slot): gis for slot, gis in sorted(instances.items()) if gis}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+        handle.write("\n")

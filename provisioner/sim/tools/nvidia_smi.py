@@ -9,6 +9,14 @@ hardware profile so that the real parsers, checks and reports run against realis
   $GPU_SIM_ROOT/usr/lib/gpu-sim/driver-version, cuda-version   written by the driver package;
                                              absent means "driver not loaded" (exit 9)
   $GPU_SIM_ROOT/var/lib/gpu-sim/persistence  persistence mode state (written by -pm)
+  $GPU_SIM_ROOT/var/lib/gpu-sim/mig-mode     MIG mode of each GPU (-mig; kept over a reboot)
+  $GPU_SIM_ROOT/run/gpu-sim/mig-instances.json  GPU and compute instances (nvidia-smi mig;
+                                             gone after a reboot, like on a real GPU)
+
+MIG: the profile's "mig_profiles" list (GPU instance profiles: name, id, slices,
+memory_slices, memory_mib, instances, placements, multiprocessors) is what -lgip offers on a
+MIG-capable GPU; -mig 1 enables the mode, "nvidia-smi mig" creates, lists and destroys GPU and
+compute instances, and -L, -q -x, the summary table and --query-gpu show the MIG devices.
 
 GPU_SIM_ROOT defaults to "/". Faults (defined in provisioner.sim.faults) name GPUs by physical
 slot (gpu3 is the fourth GPU of the profile); when a GPU is missing, the others are
@@ -37,20 +45,30 @@ from provisioner.sim.tools.node import (
     PROFILE_FILE,
     RESET_LOG,
     gpu_bus,
+    read_mig_instances,
+    read_mig_modes,
     read_text,
     sim_path,
+    write_mig_instances,
+    write_mig_modes,
 )
 
 SIM_MARKER = "SIMULATED: gpu-cluster-provisioner simulated GPU node, no real GPU present"
 
 EXIT_OK = 0
 EXIT_INVALID_ARGUMENT = 2
+# nvidia-smi(1), RETURN VALUE: "3 - The requested operation is not available on target device".
+EXIT_NOT_SUPPORTED = 3
 EXIT_NO_PERMISSION = 4
 EXIT_NOT_FOUND = 6
 EXIT_DRIVER_NOT_LOADED = 9
 # nvidia-smi(1), RETURN VALUE: "15 - The GPU has fallen off the bus or has otherwise become
 # inaccessible".
 EXIT_GPU_IS_LOST = 15
+# nvidia-smi(1), RETURN VALUE: "255 - Other error or internal driver error occurred": what the MIG
+# commands exit with on an NVML error such as Insufficient Resources or In use by another client
+# (a real `mig -lgip` failing with "Unknown Error" exited 255).
+EXIT_OTHER_ERROR = 255
 
 DRIVER_FAILURE = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -131,7 +149,10 @@ nvidia-smi [OPTION1 [ARG1]] [OPTION2 [ARG2]] ...
   DEVICE MODIFICATION OPTIONS:
 
     -pm,  --persistence-mode=   Set persistence mode: 0/DISABLED, 1/ENABLED
+    -mig, --multi-instance-gpu= Enable or disable Multi Instance GPU: 0/DISABLED, 1/ENABLED
     -r,   --gpu-reset           Reset the GPUs (all, or those of -i). Requires root.
+
+    mig                         Multi Instance GPU management ("nvidia-smi mig -h").
 
     nvlink                      Display NvLink information ("nvidia-smi nvlink -s").
     topo                        Display topological information ("nvidia-smi topo -m").
@@ -261,6 +282,90 @@ def _nvlinks(profile: dict[str, Any], faults: list[Fault]) -> list[bool]:
     return [not (all_down or link in down) for link in range(links)]
 
 
+class MigProfile:
+    """One GPU instance profile of the profile's ``mig_profiles`` (what -lgip lists)."""
+
+    ENGINES = ("copy_engine_count", "encoder_count", "decoder_count", "ofa_count", "jpg_count")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.name = str(raw["name"])
+        self.id = int(raw["id"])
+        self.slices = int(raw["slices"])
+        self.memory_slices = int(raw["memory_slices"])
+        self.memory_mib = int(raw["memory_mib"])
+        self.instances = int(raw.get("instances", 1))
+        self.placements = sorted({int(start) for start in raw.get("placements") or [0]})
+        # None when the profile leaves it out: parse_mig_profiles estimates it.
+        sms = raw.get("multiprocessors")
+        self.multiprocessors = int(sms) if sms is not None else 0
+        self.sm_known = sms is not None
+        if min(self.slices, self.memory_slices, self.instances) < 1 or not self.placements:
+            raise ValueError(f"MIG profile {self.name}: slices and instances must be positive")
+        # The engines a GPU instance of the profile holds (overridable per profile, under the
+        # names nvidia-smi -q -x gives them); set by parse_mig_profiles.
+        self.engines: dict[str, int] = dict.fromkeys(self.ENGINES, 0)
+        self.raw = raw
+
+    @property
+    def full_name(self) -> str:
+        return f"MIG {self.name}"
+
+
+def _default_engines(arch_key: str, profile: MigProfile, max_slices: int) -> dict[str, int]:
+    """The copy engines, encoders, decoders, OFAs and JPEG decoders of a GPU instance, as
+    -lgip and the MIG devices table show them: Hopper (an H100 80GB HBM3's -lgip) one decoder
+    and one JPEG decoder per compute slice, 8 copy engines for the whole GPU, the OFA in the
+    +me and full-GPU profiles; Ampere (A100 -lgip) decoders 0/1/2/2/5 for 1/2/3/4/7 slices
+    (1 for the one-slice profiles with two memory slices or the media extension), JPEG and
+    OFA only in +me and the full GPU."""
+    media = "+me" in profile.name
+    full = profile.slices >= max_slices
+    slices = profile.slices
+    if arch_key == "ampere":
+        one_slice = 1 if media or profile.memory_slices >= 2 else 0
+        decoders = {1: one_slice, 2: 1, 3: 2, 4: 2}.get(slices, 5)
+        return {"copy_engine_count": slices, "encoder_count": 0, "decoder_count": decoders,
+                "ofa_count": int(media or full), "jpg_count": int(media or full)}
+    return {"copy_engine_count": slices + 1 if full else slices, "encoder_count": 0,
+            "decoder_count": slices, "ofa_count": int(media or full), "jpg_count": slices}
+
+
+def parse_mig_profiles(profile: dict[str, Any], arch_key: str) -> list[MigProfile]:
+    """The GPU instance profiles of ``mig_profiles`` in the order given (-lgip's order); an
+    absent or malformed list means none, a malformed entry is left out."""
+    raw_list = profile.get("mig_profiles")
+    profiles: list[MigProfile] = []
+    for raw in raw_list if isinstance(raw_list, list) else []:
+        try:
+            profiles.append(MigProfile(raw))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    max_slices = max((p.slices for p in profiles), default=1)
+    known = [mig for mig in profiles if mig.sm_known]
+    for mig in profiles:
+        if not mig.sm_known:
+            # Not in the profile: the SMs of a profile with as many compute slices, else the
+            # fewest known per slice. A stand-in's estimate: a real H100's -lgip gives 4g.40gb
+            # 64 SMs (as estimated from 1g.10gb's 16), but 1g.20gb 26 (estimated 16).
+            same = [other.multiprocessors for other in known if other.slices == mig.slices]
+            per_slice = min((other.multiprocessors // other.slices for other in known), default=0)
+            mig.multiprocessors = same[0] if same else per_slice * mig.slices
+        mig.engines = _default_engines(arch_key, mig, max_slices)
+        for key in MigProfile.ENGINES:
+            if isinstance(mig.raw.get(key), int):
+                mig.engines[key] = mig.raw[key]
+    return profiles
+
+
+# The frame buffer a GPU instance's own structures take, by memory slices, as the H100 capture's
+# MIG devices show it idle (1 slice 9 MiB, 2: 17, 4: 26); other sizes are a guess.
+MIG_RESERVED_MIB = {1: 9, 2: 17, 4: 26}
+
+
+def mig_used_mib(memory_slices: int) -> int:
+    return MIG_RESERVED_MIB.get(memory_slices, 6 * memory_slices + 3)
+
+
 class Gpu:
     """One simulated GPU as the driver would report it."""
 
@@ -312,6 +417,14 @@ class Gpu:
             self.remap_unc = 1
             self.remap_pending = True
         self.nvlinks = _nvlinks(profile, faults)
+        # MIG: the mode lives on the GPU (its physical slot), the instances until a reboot.
+        self.mig_profiles = node.mig_profiles if self.mig_capable else []
+        self.mig_enabled = self.mig_capable and node.mig_modes.get(slot, False)
+        known = {mig.id for mig in self.mig_profiles}
+        self.gpu_instances: list[dict[str, Any]] = [
+            gi for gi in node.mig_instances.get(slot, []) if gi["profile_id"] in known
+        ] if self.mig_enabled else []
+        self.memory_used = sum(mig_used_mib(gi["memory_slices"]) for gi in self.gpu_instances)
 
     @property
     def active_links(self) -> int:
@@ -342,6 +455,9 @@ class Node:
         self.gpu_count = int(profile["gpu_count"])
         self.numa_count = int(profile.get("numa_nodes", 2 if self.gpu_count > 1 else 1))
         self.persistence = load_persistence(self.gpu_count)
+        self.mig_profiles = parse_mig_profiles(profile, arch_key)
+        self.mig_modes = read_mig_modes()
+        self.mig_instances = read_mig_instances()
         self.gpus: list[Gpu] = []
         for slot in range(self.gpu_count):
             slot_faults = [fault for fault in faults if fault.gpu == slot]
@@ -382,8 +498,18 @@ def timestamp_text() -> str:
     return f"{now:%a %b} {now.day:2d} {now:%H:%M:%S %Y}"
 
 
-def render_list(gpus: list[Gpu]) -> str:
-    return "".join(f"GPU {g.index}: {g.name} (UUID: {g.uuid})\n" for g in gpus)
+def render_list(node: Node, gpus: list[Gpu]) -> str:
+    """-L: each GPU, and under a MIG-enabled one its MIG devices ("  MIG 3g.40gb     Device  0:
+    (UUID: MIG-...)", as real ones list them)."""
+    lines = []
+    for gpu in gpus:
+        lines.append(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
+        if gpu.mig_enabled:
+            for index, (gi, ci) in enumerate(mig_devices(gpu)):
+                name = mig_device_view(gpu, gi, ci)["name"][len("MIG "):]
+                lines.append(f"  MIG {name:<11} Device {index:>2}: "
+                             f"(UUID: {mig_uuid(node, gpu, gi, ci)})")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def render_table(node: Node, gpus: list[Gpu]) -> str:
@@ -407,15 +533,22 @@ def render_table(node: Node, gpus: list[Gpu]) -> str:
     for gpu in gpus:
         ecc = str(gpu.dram_uncorrectable) if gpu.ecc_enabled else "Off"
         mig = "Disabled" if gpu.mig_capable else "N/A"
+        utilization = "0%"
+        if gpu.mig_enabled:
+            # In MIG mode the ECC cell shows the mode and utilization N/A (H100 capture, 590).
+            ecc = "On" if gpu.ecc_enabled else "Off"
+            mig, utilization = "Enabled", "N/A"
         persistence = "On" if gpu.persistence else "Off"
         lines += [
             f"| {gpu.index:>3}  {gpu.name:<31}{persistence:<3} |   {gpu.bus_id} Off |{ecc:>21} |",
             f"| {'N/A':>3}{gpu.temperature:>5}C{'P0':>6}{round(gpu.power_draw):>15}W /"
             f"{round(gpu.power_limit):>5}W |{gpu.memory_used:>8}MiB / {gpu.memory_total:>6}MiB |"
-            f"{'0%':>8}{'Default':>13} |",
+            f"{utilization:>8}{'Default':>13} |",
             f"|{'':41}|{'':24}|{mig:>21} |",
             cells,
         ]
+    if any(gpu.mig_enabled for gpu in gpus):
+        lines += ["", *render_mig_table(node, gpus)]
     lines += [
         "",
         rule,
@@ -482,7 +615,7 @@ def ecc_scope(gpu: Gpu, node: Node, aggregate: bool) -> XmlTree:
 
 def _identity_xml(node: Node, gpu: Gpu) -> XmlTree:
     """Return the GPU's identity elements, product_name through ibmnpu, in the real order."""
-    mig = "Disabled" if gpu.mig_capable else "N/A"
+    mig = ("Enabled" if gpu.mig_enabled else "Disabled") if gpu.mig_capable else "N/A"
     return [
         ("product_name", gpu.name),
         ("product_brand", "NVIDIA"),
@@ -492,7 +625,7 @@ def _identity_xml(node: Node, gpu: Gpu) -> XmlTree:
         ("persistence_mode", "Enabled" if gpu.persistence else "Disabled"),
         ("addressing_mode", "None"),
         ("mig_mode", [("current_mig", mig), ("pending_mig", mig)]),
-        ("mig_devices", "None"),
+        ("mig_devices", mig_devices_xml(node, gpu) if gpu.mig_enabled else "None"),
         ("accounting_mode", "Disabled"),
         ("accounting_mode_buffer_size", "4000"),
         ("driver_model", na("current_dm", "pending_dm")),
@@ -576,7 +709,8 @@ def _memory_xml(node: Node, gpu: Gpu) -> XmlTree:
         ("cc_protected_memory_usage", [("total", "0 MiB"), ("used", "0 MiB"),
                                        ("free", "0 MiB")]),
         ("compute_mode", "Default"),
-        ("utilization", [(name, "0 %") for name in (
+        # In MIG mode the whole-GPU utilization is N/A (A100 captures of 510 and 535).
+        ("utilization", [(name, "N/A" if gpu.mig_enabled else "0 %") for name in (
             "gpu_util", "memory_util", "encoder_util", "decoder_util", "jpeg_util", "ofa_util")]),
         ("encoder_stats", [("session_count", "0"), ("average_fps", "0"),
                            ("average_latency", "0")]),
@@ -590,7 +724,8 @@ def _memory_xml(node: Node, gpu: Gpu) -> XmlTree:
             ("pending_blacklist", "N/A"),
             ("pending_retirement", "N/A"),
         ]),
-        ("remapped_rows", [
+        # In MIG mode the row remapper is not reported (A100 captures of 510 and 535: N/A).
+        ("remapped_rows", "N/A" if gpu.mig_enabled else [
             ("remapped_row_corr", "0"),
             ("remapped_row_unc", str(gpu.remap_unc)),
             ("remapped_row_pending", "Yes" if gpu.remap_pending else "No"),
@@ -755,6 +890,10 @@ def render_nvlink_status(node: Node, gpus: list[Gpu]) -> str:
     out: list[str] = []
     for gpu in gpus:
         out.append(f"GPU {gpu.index}: {gpu.name} (UUID: {gpu.uuid})")
+        if gpu.mig_enabled:
+            # An H200 in MIG mode (capture nvidia-smi-nvlink/h200-mig-unsupported.txt).
+            out.append("Nvlink queries are not supported for Devices in MIG mode")
+            continue
         if gpu.nvlinks and not any(gpu.nvlinks):
             # With no link trained, NVML refuses the per-link query altogether.
             out.append("NVML: Unable to retrieve NVLink information as all links are inActive")
@@ -870,15 +1009,22 @@ def _device_fields() -> dict[str, tuple[str, Any]]:
         "memory.used": ("MiB", lambda _n, g: str(g.memory_used)),
         "memory.free": ("MiB", lambda _n, g: str(
             g.memory_total - g.memory_reserved - g.memory_used)),
-        "utilization.gpu": ("%", lambda _n, _g: "0"),
-        "utilization.memory": ("%", lambda _n, _g: "0"),
+        # In MIG mode: [N/A] (the H100 MIG capture of 590).
+        "utilization.gpu": ("%", lambda _n, g: "[N/A]" if g.mig_enabled else "0"),
+        "utilization.memory": ("%", lambda _n, g: "[N/A]" if g.mig_enabled else "0"),
     }
 
 
 def _health_fields() -> dict[str, tuple[str, Any]]:
     """Return the --query-gpu fields of ECC, temperature, power, clocks, remapped rows and MIG,
     each name -> (unit, getter(node, gpu) -> str)."""
-    mig = lambda _n, g: "Disabled" if g.mig_capable else "[N/A]"  # noqa: E731
+    def mig(_node: Node, g: Gpu) -> str:
+        return ("Enabled" if g.mig_enabled else "Disabled") if g.mig_capable else "[N/A]"
+
+    def remapped(value: Any) -> Any:
+        # Not reported in MIG mode (the H100 MIG capture of 590: [N/A]).
+        return lambda n, g: "[N/A]" if g.mig_enabled else value(n, g)
+
     return {
         "ecc.mode.current": ("", lambda _n, g: "Enabled" if g.ecc_enabled else "Disabled"),
         "ecc.mode.pending": ("", lambda _n, g: "Enabled" if g.ecc_enabled else "Disabled"),
@@ -902,10 +1048,11 @@ def _health_fields() -> dict[str, tuple[str, Any]]:
         "clocks.max.gr": ("MHz", lambda _n, g: str(g.sm_max)),
         "clocks.max.mem": ("MHz", lambda _n, g: str(g.mem_max)),
         "retired_pages.pending": ("", lambda _n, _g: "[N/A]"),
-        "remapped_rows.correctable": ("", lambda _n, _g: "0"),
-        "remapped_rows.uncorrectable": ("", lambda _n, g: str(g.remap_unc)),
-        "remapped_rows.pending": ("", lambda _n, g: "Yes" if g.remap_pending else "No"),
-        "remapped_rows.failure": ("", lambda _n, _g: "No"),
+        "remapped_rows.correctable": ("", remapped(lambda _n, _g: "0")),
+        "remapped_rows.uncorrectable": ("", remapped(lambda _n, g: str(g.remap_unc))),
+        "remapped_rows.pending": ("", remapped(
+            lambda _n, g: "Yes" if g.remap_pending else "No")),
+        "remapped_rows.failure": ("", remapped(lambda _n, _g: "No")),
         "mig.mode.current": ("", mig),
         "mig.mode.pending": ("", mig),
     }
@@ -977,6 +1124,693 @@ def render_query(node: Node, gpus: list[Gpu], query: str, fmt: str,
 
 
 # ---------------------------------------------------------------------------------------------
+# MIG
+# ---------------------------------------------------------------------------------------------
+
+# Drivers from this branch print the wider -lgip (81 columns) and -lgi (59) tables, a Placement
+# column in -lci and a BAR1 share in proportion to a GPU instance's memory (a real A100 of
+# 580.126.09, an RTX PRO 6000 Blackwell on R575 or later and a Jetson Thor on 580 show them; an
+# A100 of 515, NVIDIA's MIG user guide and the A100 XML captures of 510 and 535 show the older
+# layout and a 32767 MiB BAR1). Where between 535 and 575 the change came is not known.
+MIG_NEW_LAYOUT_DRIVER = 560
+
+# Compute instance profile IDs by compute slice count (nvml.h, NVML_COMPUTE_INSTANCE_PROFILE_
+# 1_SLICE 0, 2_SLICE 1, 3_SLICE 2, 4_SLICE 3, 7_SLICE 4, 8_SLICE 5, 6_SLICE 6).
+CI_PROFILE_IDS = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+
+# The real tables, header lines verbatim (from NVIDIA's MIG user guide and real A100, H100 and
+# RTX PRO 6000 Blackwell sessions), then each field's column: (column, "<" left-aligned from it
+# or ">" right-aligned to end there).
+LGIP_HEADER = {
+    False: ("+-----------------------------------------------------------------------------+",
+            "| GPU instance profiles:                                                      |",
+            "| GPU   Name             ID    Instances   Memory     P2P    SM    DEC   ENC  |",
+            "|                              Free/Total   GiB              CE    JPEG  OFA  |",
+            "|=============================================================================|"),
+    True: ("+-------------------------------------------------------------------------------+",
+           "| GPU instance profiles:                                                        |",
+           "| GPU   Name               ID    Instances   Memory     P2P    SM    DEC   ENC  |",
+           "|                                Free/Total   GiB              CE    JPEG  OFA  |",
+           "|===============================================================================|"),
+}
+LGIP_COLUMNS = {
+    False: ((5, ">"), (7, "<"), (27, ">"), (32, "<"), (43, "<"), (54, "<"), (61, "<"),
+            (68, "<"), (74, "<")),
+    True: ((5, ">"), (7, "<"), (29, ">"), (34, "<"), (45, "<"), (56, "<"), (63, "<"),
+           (70, "<"), (76, "<")),
+}
+LGIP_SECOND_ROW = {False: ((62, "<"), (68, "<"), (74, "<")),
+                   True: ((64, "<"), (70, "<"), (76, "<"))}
+LGI_HEADER = {
+    False: ("+-------------------------------------------------------+",
+            "| GPU instances:                                        |",
+            "| GPU   Name             Profile  Instance   Placement  |",
+            "|                          ID       ID       Start:Size |",
+            "|=======================================================|"),
+    True: ("+---------------------------------------------------------+",
+           "| GPU instances:                                          |",
+           "| GPU   Name               Profile  Instance   Placement  |",
+           "|                            ID       ID       Start:Size |",
+           "|=========================================================|"),
+}
+LGI_COLUMNS = {False: ((5, ">"), (7, "<"), (29, ">"), (38, ">"), (48, "<")),
+               True: ((5, ">"), (7, "<"), (31, ">"), (40, ">"), (50, "<"))}
+LCI_HEADER = {
+    False: ("+-------------------------------------------------------+",
+            "| Compute instances:                                    |",
+            "| GPU     GPU       Name             Profile   Instance |",
+            "|       Instance                       ID        ID     |",
+            "|         ID                                            |",
+            "|=======================================================|"),
+    True: ("+--------------------------------------------------------------------+",
+           "| Compute instances:                                                 |",
+           "| GPU     GPU       Name             Profile   Instance   Placement  |",
+           "|       Instance                       ID        ID       Start:Size |",
+           "|         ID                                                         |",
+           "|====================================================================|"),
+}
+LCI_COLUMNS = ((5, ">"), (12, ">"), (19, "<"), (41, ">"), (51, ">"), (61, "<"))
+LCIP_HEADER = (
+    "+--------------------------------------------------------------------------------------+",
+    "| Compute instance profiles:                                                           |",
+    "| GPU     GPU       Name             Profile  Instances   Exclusive       Shared       |",
+    "|       Instance                       ID     Free/Total     SM       DEC   ENC   OFA  |",
+    "|         ID                                                          CE    JPEG       |",
+    "|======================================================================================|",
+)
+LCIP_COLUMNS = ((5, ">"), (12, ">"), (19, "<"), (40, "<"), (47, "<"), (63, ">"), (72, ">"),
+                (78, ">"), (84, ">"))
+LCIP_SECOND_ROW = ((72, ">"), (78, ">"))
+# The summary table's MIG devices block (H100 capture, driver 590).
+MIG_TABLE_HEADER = (
+    "+-----------------------------------------------------------------------------------------+",
+    "| MIG devices:                                                                            |",
+    "+------------------+----------------------------------+-----------+-----------------------+",
+    "| GPU  GI  CI  MIG |              Shared Memory-Usage |        Vol|        Shared         |",
+    "|      ID  ID  Dev |                Shared BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |",
+    "|                  |                                  |        ECC|                       |",
+    "|==================+==================================+===========+=======================|",
+)
+MIG_TABLE_RULE = MIG_TABLE_HEADER[2]
+
+NO_MIG_ENABLED = "No MIG-enabled devices found.\n"
+# A real RTX PRO 6000 Blackwell whose MIG prerequisites were not met (driver 580.65.06).
+NO_MIG_SUPPORTED = "No MIG-supported devices found.\n"
+# What the listings print when a MIG-enabled GPU has nothing to list. Not seen in a capture:
+# forum answers and tools that parse nvidia-smi quote these lines; the exit status is a guess.
+NO_GPU_INSTANCES = "No GPU instances found.\n"
+NO_COMPUTE_INSTANCES = "No compute instances found.\n"
+PERSISTENCE_WARNING = (
+    "\nWarning: persistence mode is disabled on device {bus_id}. See the Known Issues section "
+    "of the nvidia-smi(1) man page for more information. Run with [--help | -h] switch to get "
+    "more information on how to enable persistence mode.\n")
+
+
+class MigError(Exception):
+    """A MIG command refused: the lines printed so far, and the exit status."""
+
+    def __init__(self, output: str, code: int) -> None:
+        super().__init__(output)
+        self.output = output
+        self.code = code
+
+
+def table_row(width: int, columns: tuple[tuple[int, str], ...], values: list[str]) -> str:
+    """A ``width``-wide table row ("|" at both ends) with each value at its column."""
+    cells = [" "] * width
+    for (column, align), value in zip(columns, values, strict=True):
+        start = column - len(value) if align == ">" else column
+        cells[start:start + len(value)] = value
+    return "|" + "".join(cells)[1:width - 1] + "|"
+
+
+def mig_profile(gpu: Gpu, profile_id: int) -> MigProfile | None:
+    return next((mig for mig in gpu.mig_profiles if mig.id == profile_id), None)
+
+
+def mig_geometry(gpu: Gpu) -> tuple[int, int]:
+    """(memory slots, compute slices) of the whole GPU: those of its largest profile."""
+    return (max((mig.memory_slices for mig in gpu.mig_profiles), default=8),
+            max((mig.slices for mig in gpu.mig_profiles), default=7))
+
+
+def gpu_instance_id(gpu: Gpu, size: int, start: int) -> int:
+    """The GPU instance ID of a GPU instance of ``size`` memory slots placed at ``start``:
+    numbered from the largest size down, each size's instances in placement order (on 8 slots:
+    8 at 0 -> 0; 4 at 0, 4 -> 1, 2; 2 at 0..6 -> 3..6; 1 at k -> 7 + k), the IDs NVIDIA's MIG user
+    guide shows its A100 creating (examples 2 and 3 of "Creating GPU Instances") and the H100
+    capture's 3g.40gb, 2g.20gb and two 1g.10gb (IDs 2, 3, 9, 10). An imitation: other drivers
+    number some sizes from the upper half of the GPU."""
+    total = mig_geometry(gpu)[0]
+    sizes = {mig.memory_slices for mig in gpu.mig_profiles}
+    halving = total
+    while True:
+        sizes.add(halving)
+        if halving % 2:
+            break
+        halving //= 2
+    base = 0
+    for candidate in sorted(sizes, reverse=True):
+        if candidate == size:
+            break
+        base += total // candidate
+    return base + start // size
+
+
+def placement_preference(start: int, size: int, total: int) -> tuple[int, int, int]:
+    """The order in which a new GPU instance takes a free placement: the upper half of the GPU
+    first, there the block of twice its size nearest the top first (lowest start inside it),
+    then the lower half from its start. An imitation that reproduces NVIDIA's MIG user guide
+    (A100: -cgi 9,9 makes GPU instances 2 then 1; -cgi 9,19,14,19 makes 2, 7, 4, 8; -cgi
+    14,19,19,19,19,19 makes 5, 13, 7, 8, 9, 10; -cgi 19,19,14,9 makes 13, 11, 3 and then finds
+    no room for the 3g) and the H100 capture's geometry created as 3g.40gb, 2g.20gb, 1g.10gb,
+    1g.10gb (GPU instances 2, 3, 9, 10). Boards with other placement grids (the RTX PRO 6000
+    Blackwell fills its quarters from the start) are not imitated."""
+    if start >= total // 2:
+        return (0, -(start // (2 * size)), start)
+    return (1, 0, start)
+
+
+def occupied_slots(gpu: Gpu) -> set[int]:
+    return {slot for gi in gpu.gpu_instances
+            for slot in range(gi["start"], gi["start"] + gi["memory_slices"])}
+
+
+def free_placements(gpu: Gpu, mig: MigProfile, taken: set[int] | None = None) -> list[int]:
+    total = mig_geometry(gpu)[0]
+    taken = occupied_slots(gpu) if taken is None else taken
+    return [start for start in mig.placements if start + mig.memory_slices <= total
+            and not taken & set(range(start, start + mig.memory_slices))]
+
+
+def free_instances(gpu: Gpu, mig: MigProfile) -> int:
+    """How many more GPU instances of ``mig`` fit (-lgip's Free): the placements still free,
+    packed from the lowest, within the profile's instance count and the free compute slices."""
+    taken = occupied_slots(gpu)
+    fit = 0
+    for start in free_placements(gpu, mig, taken):
+        slots = set(range(start, start + mig.memory_slices))
+        if not taken & slots:
+            taken |= slots
+            fit += 1
+    left = mig.instances - sum(int(gi["profile_id"] == mig.id) for gi in gpu.gpu_instances)
+    compute = mig_geometry(gpu)[1] - sum(int(gi["slices"]) for gi in gpu.gpu_instances)
+    return max(0, min(fit, left, compute // mig.slices))
+
+
+def ci_profiles(mig: MigProfile) -> list[tuple[int, int, str]]:
+    """The compute instance profiles of a GPU instance of ``mig``: (compute slices, profile ID,
+    name). As real GPUs offer them: 1 and 2 slices in any larger GPU instance, 3 and 4 only in
+    the full GPU, and the whole GPU instance (named like it; a 3g.40gb's 1-slice one is "MIG
+    1c.3g.40gb")."""
+    out = []
+    for size in sorted(CI_PROFILE_IDS):
+        if size == mig.slices or (size < mig.slices and (
+                size in (1, 2) or (size in (3, 4) and mig.slices == 7))):
+            name = mig.full_name if size == mig.slices else f"MIG {size}c.{mig.name}"
+            out.append((size, CI_PROFILE_IDS[size], name))
+    return out
+
+
+def ci_name(mig: MigProfile, slices: int) -> str:
+    return mig.full_name if slices == mig.slices else f"MIG {slices}c.{mig.name}"
+
+
+def ci_free_starts(gi: dict[str, Any], size: int) -> list[int]:
+    """The starts (in compute slices) where a compute instance of ``size`` still fits."""
+    taken = {slot for ci in gi["compute_instances"]
+             for slot in range(ci["start"], ci["start"] + ci["slices"])}
+    return [start for start in range(0, gi["slices"] - size + 1, size)
+            if not taken & set(range(start, start + size))]
+
+
+def mig_devices(gpu: Gpu) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The GPU's MIG devices (its compute instances with their GPU instances), in the order
+    nvidia-smi numbers them: by GPU instance ID, then compute instance ID."""
+    return [(gi, ci) for gi in sorted(gpu.gpu_instances, key=lambda g: g["id"])
+            for ci in sorted(gi["compute_instances"], key=lambda c: c["id"])]
+
+
+def mig_uuid(node: Node, gpu: Gpu, gi: dict[str, Any], ci: dict[str, Any]) -> str:
+    """A MIG device's UUID: made up like the GPU's, the same for the same GPU, GPU instance and
+    compute instance; shaped like real ones (version 5 name-based, RFC 4122 variant)."""
+    digest = hashlib.sha256(f"{node.hostname}:gpu{gpu.slot}:gi{gi['id']}:ci{ci['id']}"
+                            .encode()).hexdigest()
+    variant = "89ab"[int(digest[16], 16) % 4]
+    return (f"MIG-{digest[0:8]}-{digest[8:12]}-5{digest[13:16]}-{variant}{digest[17:20]}-"
+            f"{digest[20:32]}")
+
+
+def mig_bar1_mib(node: Node, gpu: Gpu, memory_slices: int) -> int:
+    """A GPU instance's BAR1: on newer drivers its share by memory slices, scaled from the H100
+    capture (4 of 8 slices of an 81559 MiB GPU: 24739 MiB; an A100 of 580 shows the same
+    proportion); older ones report 32767 MiB for every instance (A100 captures of 510, 535)."""
+    if node.driver_major < MIG_NEW_LAYOUT_DRIVER:
+        return 32767
+    return memory_slices * gpu.memory_total * 24739 // (4 * 81559)
+
+
+def mig_device_view(gpu: Gpu, gi: dict[str, Any], ci: dict[str, Any]) -> dict[str, Any]:
+    """What the outputs show of a MIG device: name, SMs, memory, engines."""
+    mig = mig_profile(gpu, gi["profile_id"])
+    assert mig is not None  # Gpu keeps only the GPU instances of known profiles
+    return {"name": ci_name(mig, ci["slices"]),
+            "sm": mig.multiprocessors * ci["slices"] // gi["slices"],
+            "memory": mig.memory_mib, "used": mig_used_mib(gi["memory_slices"]),
+            "engines": mig.engines}
+
+
+def render_mig_table(node: Node, gpus: list[Gpu]) -> list[str]:
+    """The summary table's "MIG devices:" block, as the H100 capture (driver 590) prints it."""
+    lines = list(MIG_TABLE_HEADER)
+    devices = [(gpu, gi, ci) for gpu in gpus if gpu.mig_enabled for gi, ci in mig_devices(gpu)]
+    if not devices:
+        return [*lines, f"|  {'No MIG devices found':<87}|", MIG_TABLE_HEADER[0]]
+    numbering: dict[int, int] = {}
+    for gpu, gi, ci in devices:
+        index = numbering[gpu.slot] = numbering.get(gpu.slot, -1) + 1
+        view = mig_device_view(gpu, gi, ci)
+        bar1 = mig_bar1_mib(node, gpu, gi["memory_slices"])
+        engines = view["engines"]
+        ecc = "0" if gpu.ecc_enabled else "N/A"
+        lines += [
+            f"|{gpu.index:>3}{gi['id']:>5}{ci['id']:>4}{index:>4}  |"
+            f"{view['used']:>16}MiB / {view['memory']:>5}MiB    | {view['sm']:<3}{ecc:>6} |"
+            f"{engines['copy_engine_count']:>3}{engines['encoder_count']:>4}"
+            f"{engines['decoder_count']:>5}{engines['ofa_count']:>5}{engines['jpg_count']:>5} |",
+            f"|{'':18}|{0:>16}MiB / {bar1:>5}MiB    |{'':11}|{'':23}|",
+            MIG_TABLE_RULE,
+        ]
+    return lines
+
+
+def mig_devices_xml(node: Node, gpu: Gpu) -> XmlTree | str:
+    """<mig_devices>, shaped like the A100 captures' (510, 535)."""
+    devices: XmlTree = []
+    for index, (gi, ci) in enumerate(mig_devices(gpu)):
+        view = mig_device_view(gpu, gi, ci)
+        bar1 = f"{mig_bar1_mib(node, gpu, gi['memory_slices'])} MiB"
+        engines = view["engines"]
+        # A real MIG device reports one MiB less free than total minus used (A100, 510 and 535).
+        free = view["memory"] - view["used"] - 1
+        devices.append(("mig_device", [
+            ("index", str(index)),
+            ("gpu_instance_id", str(gi["id"])),
+            ("compute_instance_id", str(ci["id"])),
+            ("device_attributes", [("shared", [
+                ("multiprocessor_count", str(view["sm"])),
+                *[(key, str(engines[key])) for key in MigProfile.ENGINES],
+            ])]),
+            ("ecc_error_count", [("volatile_count", [
+                ("sram_uncorrectable", "0" if gpu.ecc_enabled else "N/A")])]),
+            ("fb_memory_usage", [("total", f"{view['memory']} MiB"), ("reserved", "0 MiB"),
+                                 ("used", f"{view['used']} MiB"), ("free", f"{free} MiB")]),
+            ("bar1_memory_usage", [("total", bar1), ("used", "0 MiB"), ("free", bar1)]),
+        ]))
+    return devices or "None"
+
+
+def mig_gpus(gpus: list[Gpu]) -> list[Gpu]:
+    """The MIG-enabled GPUs among ``gpus``; MigError (with the real message) when none."""
+    enabled = [gpu for gpu in gpus if gpu.mig_enabled]
+    if enabled:
+        return enabled
+    if not any(gpu.mig_capable for gpu in gpus):
+        raise MigError(NO_MIG_SUPPORTED, EXIT_NOT_FOUND)
+    raise MigError(NO_MIG_ENABLED, EXIT_NOT_FOUND)
+
+
+def render_lgip(node: Node, gpus: list[Gpu]) -> str:
+    wide = node.driver_major >= MIG_NEW_LAYOUT_DRIVER
+    header = LGIP_HEADER[wide]
+    width = len(header[0])
+    lines = list(header)
+    for gpu in mig_gpus(gpus):
+        for mig in gpu.mig_profiles:
+            engines = mig.engines
+            lines += [
+                table_row(width, LGIP_COLUMNS[wide], [
+                    str(gpu.index), mig.full_name, str(mig.id),
+                    f"{free_instances(gpu, mig)}/{mig.instances}", f"{mig.memory_mib / 1024:.2f}",
+                    "No", str(mig.multiprocessors), str(engines["decoder_count"]),
+                    str(engines["encoder_count"])]),
+                table_row(width, LGIP_SECOND_ROW[wide], [
+                    str(engines["copy_engine_count"]), str(engines["jpg_count"]),
+                    str(engines["ofa_count"])]),
+                header[0],
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def render_lgipp(gpus: list[Gpu]) -> str:
+    """-lgipp: every placement the profile allows (used or not), as "{start,...}:size"."""
+    out = []
+    for gpu in mig_gpus(gpus):
+        for mig in gpu.mig_profiles:
+            starts = ",".join(str(start) for start in mig.placements)
+            label = "Placements:" if len(mig.placements) > 1 else "Placement :"
+            out.append(f"GPU {gpu.index:>2} Profile ID {mig.id:>2} {label} "
+                       f"{{{starts}}}:{mig.memory_slices}")
+    return "\n".join(out) + "\n"
+
+
+def listed_gpu_instances(gpu: Gpu, wanted: set[int] | None) -> list[dict[str, Any]]:
+    """The GPU's instances in -lgi's order: by profile (-lgip's order), then by ID."""
+    order = {mig.id: position for position, mig in enumerate(gpu.mig_profiles)}
+    return sorted((gi for gi in gpu.gpu_instances if wanted is None or gi["id"] in wanted),
+                  key=lambda gi: (order[gi["profile_id"]], gi["id"]))
+
+
+def render_lgi(node: Node, gpus: list[Gpu], wanted: set[int] | None) -> str:
+    wide = node.driver_major >= MIG_NEW_LAYOUT_DRIVER
+    header = LGI_HEADER[wide]
+    width = len(header[0])
+    lines = list(header)
+    for gpu in mig_gpus(gpus):
+        for gi in listed_gpu_instances(gpu, wanted):
+            mig = mig_profile(gpu, gi["profile_id"])
+            assert mig is not None
+            lines += [table_row(width, LGI_COLUMNS[wide], [
+                str(gpu.index), mig.full_name, str(mig.id), str(gi["id"]),
+                f"{gi['start']}:{gi['memory_slices']}"]), header[0]]
+    if len(lines) == len(header):
+        raise MigError(NO_GPU_INSTANCES, EXIT_NOT_FOUND)
+    return "\n".join(lines) + "\n"
+
+
+def render_lci(node: Node, gpus: list[Gpu], wanted_gi: set[int] | None,
+               wanted_ci: set[int] | None) -> str:
+    wide = node.driver_major >= MIG_NEW_LAYOUT_DRIVER
+    header = LCI_HEADER[wide]
+    width = len(header[0])
+    columns = LCI_COLUMNS if wide else LCI_COLUMNS[:-1]
+    lines = list(header)
+    for gpu in mig_gpus(gpus):
+        for gi in listed_gpu_instances(gpu, wanted_gi):
+            mig = mig_profile(gpu, gi["profile_id"])
+            assert mig is not None
+            for ci in sorted(gi["compute_instances"], key=lambda c: c["id"]):
+                if wanted_ci is not None and ci["id"] not in wanted_ci:
+                    continue
+                values = [str(gpu.index), str(gi["id"]), ci_name(mig, ci["slices"]),
+                          str(ci["profile_id"]), str(ci["id"]), f"{ci['start']}:{ci['slices']}"]
+                lines += [table_row(width, columns, values[:len(columns)]), header[0]]
+    if len(lines) == len(header):
+        raise MigError(NO_COMPUTE_INSTANCES, EXIT_NOT_FOUND)
+    return "\n".join(lines) + "\n"
+
+
+def render_lcip(gpus: list[Gpu], wanted: set[int] | None) -> str:
+    """-lcip: the compute instance profiles of each GPU instance ("*" marks the default)."""
+    width = len(LCIP_HEADER[0])
+    lines = list(LCIP_HEADER)
+    for gpu in mig_gpus(gpus):
+        for gi in listed_gpu_instances(gpu, wanted):
+            mig = mig_profile(gpu, gi["profile_id"])
+            assert mig is not None
+            engines = mig.engines
+            for size, profile_id, name in ci_profiles(mig):
+                total = gi["slices"] // size
+                free = len(ci_free_starts(gi, size))
+                default = "*" if size == mig.slices else ""
+                lines += [
+                    table_row(width, LCIP_COLUMNS, [
+                        str(gpu.index), str(gi["id"]), name, f"{profile_id}{default}",
+                        f"{free}/{total}", str(mig.multiprocessors * size // gi["slices"]),
+                        str(engines["decoder_count"]), str(engines["encoder_count"]),
+                        str(engines["ofa_count"])]),
+                    table_row(width, LCIP_SECOND_ROW, [
+                        str(engines["copy_engine_count"]), str(engines["jpg_count"])]),
+                    LCIP_HEADER[0],
+                ]
+    if len(lines) == len(LCIP_HEADER):
+        raise MigError(NO_GPU_INSTANCES, EXIT_NOT_FOUND)
+    return "\n".join(lines) + "\n"
+
+
+def find_gi_profile(gpu: Gpu, token: str) -> MigProfile | None:
+    """A GPU instance profile by ID, short name (3g.40gb) or full name (MIG 3g.40gb)."""
+    token = token.strip()
+    for mig in gpu.mig_profiles:
+        if token in (str(mig.id), mig.name, mig.full_name):
+            return mig
+    return None
+
+
+def find_ci_profile(mig: MigProfile, token: str | None) -> tuple[int, int, str] | None:
+    """A compute instance profile of a GPU instance of ``mig`` by ID or name; the default
+    (the whole GPU instance) when ``token`` is None."""
+    for size, profile_id, name in ci_profiles(mig):
+        if (size == mig.slices) if token is None else token.strip() in (
+                str(profile_id), name, name[len("MIG "):]):
+            return size, profile_id, name
+    return None
+
+
+def save_mig_instances(node: Node, gpu: Gpu) -> None:
+    node.mig_instances[gpu.slot] = gpu.gpu_instances
+    write_mig_instances(node.mig_instances)
+
+
+def add_compute_instance(gpu: Gpu, gi: dict[str, Any], size: int, profile_id: int) -> int | None:
+    """Create a compute instance of ``size`` slices in ``gi`` (lowest free start, lowest free
+    ID); its ID, or None when it does not fit."""
+    starts = ci_free_starts(gi, size)
+    used = {ci["id"] for ci in gi["compute_instances"]}
+    ids = [i for i in range(8) if i not in used]
+    if not starts or not ids:
+        return None
+    gi["compute_instances"].append(
+        {"id": ids[0], "profile_id": profile_id, "start": starts[0], "slices": size})
+    return ids[0]
+
+
+def ci_created_line(gpu: Gpu, gi: dict[str, Any], ci_id: int, name: str, profile_id: int) -> str:
+    return (f"Successfully created compute instance ID {ci_id:>2} on GPU {gpu.index:>2} GPU "
+            f"instance ID {gi['id']:>2} using profile {name} (ID {profile_id:>2})\n")
+
+
+def gi_failure(out: str, gpu: Gpu, token: str, error: str, code: int) -> MigError:
+    """A -cgi failure as the real tool prints it (MIG user guide: "Unable to create a GPU
+    instance on GPU  0 using profile 9: Insufficient Resources" then "Failed to create GPU
+    instances: Insufficient Resources"), after what was already created."""
+    return MigError(out + f"Unable to create a GPU instance on GPU {gpu.index:>2} using profile "
+                    f"{token.strip()}: {error}\nFailed to create GPU instances: {error}\n", code)
+
+
+def create_gpu_instances(node: Node, gpus: list[Gpu], tokens: list[str],
+                         default_ci: bool) -> str:
+    """-cgi (with -C, each GPU instance's default compute instance): on every MIG-enabled GPU
+    named, the profiles in order. A profile with no free placement stops there, as on a real
+    GPU, keeping what was created before it."""
+    out = ""
+    for gpu in mig_gpus(gpus):
+        for token in tokens:
+            mig = find_gi_profile(gpu, token)
+            if mig is None:
+                # An unknown profile: plausible wording and status, not seen in a capture.
+                raise gi_failure(out, gpu, token, "Not Found", EXIT_NOT_FOUND)
+            starts = free_placements(gpu, mig)
+            if not starts or free_instances(gpu, mig) == 0:
+                raise gi_failure(out, gpu, token, "Insufficient Resources", EXIT_OTHER_ERROR)
+            total = mig_geometry(gpu)[0]
+            start = min(starts, key=lambda s: placement_preference(s, mig.memory_slices, total))
+            gi: dict[str, Any] = {
+                "id": gpu_instance_id(gpu, mig.memory_slices, start), "profile_id": mig.id,
+                "start": start, "slices": mig.slices, "memory_slices": mig.memory_slices,
+                "compute_instances": []}
+            gpu.gpu_instances.append(gi)
+            lines = (f"Successfully created GPU instance ID {gi['id']:>2} on GPU {gpu.index:>2} "
+                     f"using profile {mig.full_name} (ID {mig.id:>2})\n")
+            if default_ci:
+                _size, ci_profile, name = find_ci_profile(mig, None) or (0, 0, "")
+                ci_id = add_compute_instance(gpu, gi, mig.slices, ci_profile)
+                assert ci_id is not None  # a new GPU instance has room for its default
+                lines += ci_created_line(gpu, gi, ci_id, name, ci_profile)
+            try:
+                save_mig_instances(node, gpu)
+            except PermissionError:
+                gpu.gpu_instances.remove(gi)
+                raise gi_failure(out, gpu, token, "Insufficient Permissions",
+                                 EXIT_NO_PERMISSION) from None
+            out += lines
+    return out
+
+
+def selected_gpu_instances(gpu: Gpu, wanted: set[int] | None, what: str) -> list[dict[str, Any]]:
+    """The GPU instances -gi names (all without it); MigError when one named is absent."""
+    if wanted is None:
+        return sorted(gpu.gpu_instances, key=lambda gi: gi["id"])
+    present = {gi["id"]: gi for gi in gpu.gpu_instances}
+    for gi_id in sorted(wanted):
+        if gi_id not in present:
+            # Plausible wording, not seen in a capture.
+            raise MigError(f"Unable to {what} on GPU {gpu.index:>2} GPU instance ID "
+                           f"{gi_id:>2}: Not Found\n", EXIT_NOT_FOUND)
+    return [present[gi_id] for gi_id in sorted(wanted)]
+
+
+def create_compute_instances(node: Node, gpus: list[Gpu], tokens: list[str] | None,
+                             wanted: set[int] | None) -> str:
+    """-cci [profiles] [-gi IDs]: compute instances in the GPU instances named (all without
+    -gi); without profiles, each one's default (the whole GPU instance)."""
+    out = ""
+    for gpu in mig_gpus(gpus):
+        try:
+            gpu_instances = selected_gpu_instances(gpu, wanted, "create a compute instance")
+        except MigError as exc:
+            raise MigError(out + exc.output + "Failed to create compute instances: Not Found\n",
+                           exc.code) from None
+        for gi in gpu_instances:
+            mig = mig_profile(gpu, gi["profile_id"])
+            assert mig is not None
+            wanted_profiles: list[str | None] = list(tokens) if tokens else [None]
+            for token in wanted_profiles:
+                found = find_ci_profile(mig, token)
+                ci_id = None if found is None else add_compute_instance(gpu, gi, *found[:2])
+                if found is None or ci_id is None:
+                    # The wording of the GPU instance failure, applied to compute instances.
+                    error = "Not Found" if found is None else "Insufficient Resources"
+                    shown = token if token is not None else str(CI_PROFILE_IDS.get(mig.slices))
+                    raise MigError(
+                        out + f"Unable to create a compute instance on GPU {gpu.index:>2} GPU "
+                        f"instance ID {gi['id']:>2} using profile {shown}: {error}\n"
+                        f"Failed to create compute instances: {error}\n",
+                        EXIT_NOT_FOUND if found is None else EXIT_OTHER_ERROR)
+                try:
+                    save_mig_instances(node, gpu)
+                except PermissionError:
+                    raise MigError(out + "Failed to create compute instances: Insufficient "
+                                   "Permissions\n", EXIT_NO_PERMISSION) from None
+                out += ci_created_line(gpu, gi, ci_id, found[2], found[1])
+    return out
+
+
+def destroy_compute_instances(node: Node, gpus: list[Gpu], wanted_gi: set[int] | None,
+                              wanted_ci: set[int] | None) -> str:
+    """-dci [-gi IDs] [-ci IDs]: every compute instance named (all without them)."""
+    out = ""
+    destroyed = 0
+    for gpu in mig_gpus(gpus):
+        try:
+            gpu_instances = selected_gpu_instances(gpu, wanted_gi, "destroy a compute instance")
+        except MigError as exc:
+            raise MigError(out + exc.output + "Failed to destroy compute instances: Not Found\n",
+                           exc.code) from None
+        for gi in gpu_instances:
+            for ci in sorted(gi["compute_instances"], key=lambda c: c["id"]):
+                if wanted_ci is not None and ci["id"] not in wanted_ci:
+                    continue
+                gi["compute_instances"].remove(ci)
+                try:
+                    save_mig_instances(node, gpu)
+                except PermissionError:
+                    raise MigError(out + "Failed to destroy compute instances: Insufficient "
+                                   "Permissions\n", EXIT_NO_PERMISSION) from None
+                destroyed += 1
+                out += (f"Successfully destroyed compute instance ID {ci['id']:>2} from GPU "
+                        f"{gpu.index:>2} GPU instance ID {gi['id']:>2}\n")
+    if not destroyed:
+        # Nothing to destroy: plausible wording and status, not seen in a capture.
+        raise MigError(NO_COMPUTE_INSTANCES, EXIT_NOT_FOUND)
+    return out
+
+
+def destroy_gpu_instances(node: Node, gpus: list[Gpu], wanted: set[int] | None) -> str:
+    """-dgi [-gi IDs]: every GPU instance named (all without -gi). One that still holds a
+    compute instance stops there with the real "In use by another client"."""
+    out = ""
+    destroyed = 0
+    for gpu in mig_gpus(gpus):
+        try:
+            gpu_instances = selected_gpu_instances(gpu, wanted, "destroy a GPU instance")
+        except MigError as exc:
+            raise MigError(out + exc.output + "Failed to destroy GPU instances: Not Found\n",
+                           exc.code) from None
+        for gi in gpu_instances:
+            if gi["compute_instances"]:
+                raise MigError(out + f"Unable to destroy GPU instance ID {gi['id']:>2} from GPU "
+                               f"{gpu.index:>2}: In use by another client\n"
+                               "Failed to destroy GPU instances: In use by another client\n",
+                               EXIT_OTHER_ERROR)
+            gpu.gpu_instances.remove(gi)
+            try:
+                save_mig_instances(node, gpu)
+            except PermissionError:
+                raise MigError(out + "Failed to destroy GPU instances: Insufficient "
+                               "Permissions\n", EXIT_NO_PERMISSION) from None
+            destroyed += 1
+            out += f"Successfully destroyed GPU instance ID {gi['id']:>2} from GPU {gpu.index:>2}\n"
+    if not destroyed:
+        raise MigError(NO_GPU_INSTANCES, EXIT_NOT_FOUND)
+    return out
+
+
+def set_mig_mode(node: Node, gpus: list[Gpu], value: str, all_gpus: bool) -> str:
+    """-mig 0|1 on the GPUs named (all without -i). As the real tool: "Enabled MIG Mode for GPU
+    <bus id>" per GPU (with its warning when persistence mode is off) and "All done."; a GPU
+    without MIG is "Not Supported", a warning when no -i named it, else the end; MIG cannot be
+    disabled while GPU instances exist ("In use by another client", what a real GPU answers
+    when it cannot leave MIG mode; that GPU instances alone cause it is an assumption)."""
+    wanted = value.strip().upper()
+    if wanted not in ("0", "1", "ENABLED", "DISABLED"):
+        raise UsageError(f'Invalid MIG mode value "{value}". '
+                         "Please run 'nvidia-smi -h' for help.")
+    enable = wanted in ("1", "ENABLED")
+    verb = "enable" if enable else "disable"
+    out = ""
+    modes = dict(node.mig_modes)
+    for gpu in gpus:
+        error = None
+        if not gpu.mig_capable:
+            error, code = "Not Supported", EXIT_NOT_SUPPORTED
+        elif not enable and gpu.gpu_instances:
+            error, code = "In use by another client", EXIT_OTHER_ERROR
+        if error:
+            out += f"Unable to {verb} MIG Mode for GPU {gpu.bus_id}: {error}\n"
+            if error == "Not Supported" and all_gpus:
+                out += "Treating as warning and moving on.\n"
+                continue
+            raise MigError(out + "Terminating early due to previous errors.\n", code)
+        modes[gpu.slot] = enable
+        try:
+            write_mig_modes(modes)
+        except PermissionError:
+            raise MigError(out + f"Unable to {verb} MIG Mode for GPU {gpu.bus_id}: Insufficient "
+                           "Permissions\nTerminating early due to previous errors.\n",
+                           EXIT_NO_PERMISSION) from None
+        node.mig_modes = modes
+        out += f"{verb.title()}d MIG Mode for GPU {gpu.bus_id}\n"
+        if not gpu.persistence:
+            out += PERSISTENCE_WARNING.format(bus_id=gpu.bus_id)
+    return out + "All done.\n"
+
+
+def run_mig(node: Node, gpus: list[Gpu], request: dict[str, Any]) -> str:
+    """``nvidia-smi mig ...``: the output, or MigError."""
+    op = request["op"]
+    if op == "lgip":
+        return render_lgip(node, gpus)
+    if op == "lgipp":
+        return render_lgipp(gpus)
+    if op == "lgi":
+        return render_lgi(node, gpus, request.get("gi"))
+    if op == "lci":
+        return render_lci(node, gpus, request.get("gi"), request.get("ci"))
+    if op == "lcip":
+        return render_lcip(gpus, request.get("gi"))
+    if op == "cgi":
+        return create_gpu_instances(node, gpus, request["profiles"], request.get("default_ci",
+                                                                                 False))
+    if op == "cci":
+        return create_compute_instances(node, gpus, request.get("profiles"), request.get("gi"))
+    if op == "dci":
+        return destroy_compute_instances(node, gpus, request.get("gi"), request.get("ci"))
+    return destroy_gpu_instances(node, gpus, request.get("gi"))
+
+
+
+# ---------------------------------------------------------------------------------------------
 # -pm
 # ---------------------------------------------------------------------------------------------
 
@@ -1010,7 +1844,7 @@ def set_persistence(node: Node, gpus: list[Gpu], value: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def reset(gpus: list[Gpu]) -> str:
+def reset(node: Node, gpus: list[Gpu]) -> str:
     """Reset the GPUs as nvidia-smi(1) describes -r: root only, every GPU named (all without
     -i). A GPU whose kernel log holds Xid 79 (fallen off the bus) cannot be reset: exit 15 and
     nothing is reset. Each reset is appended to RESET_LOG; the faults stay (a reset does not
@@ -1026,6 +1860,12 @@ def reset(gpus: list[Gpu]) -> str:
     now = int(datetime.datetime.now().timestamp())
     with open(path, "a", encoding="utf-8") as handle:
         handle.writelines(f"{now} {g.bus_id}\n" for g in gpus)
+    # A reset GPU comes back in its MIG mode without GPU instances (MIG user guide: MIG
+    # devices must be recreated "if the GPU or system is reset").
+    if any(g.gpu_instances for g in gpus):
+        for gpu in gpus:
+            node.mig_instances.pop(gpu.slot, None)
+        write_mig_instances(node.mig_instances)
     return "".join(f"SIMULATED: GPU {g.bus_id} was reset.\n" for g in gpus) + "All done.\n"
 
 
@@ -1044,8 +1884,101 @@ def take_value(args: list[str], position: int, option: str) -> tuple[str, int]:
     return args[position + 1], position + 2
 
 
+# nvidia-smi mig: its operations (one per call) and their long names.
+MIG_OPERATIONS = {
+    "-lgip": "lgip", "--list-gpu-instance-profiles": "lgip",
+    "-lgipp": "lgipp", "--list-gpu-instance-possible-placements": "lgipp",
+    "-lgi": "lgi", "--list-gpu-instances": "lgi",
+    "-lcip": "lcip", "--list-compute-instance-profiles": "lcip",
+    "-lci": "lci", "--list-compute-instances": "lci",
+    "-cgi": "cgi", "--create-gpu-instance": "cgi",
+    "-cci": "cci", "--create-compute-instance": "cci",
+    "-dci": "dci", "--destroy-compute-instance": "dci",
+    "-dgi": "dgi", "--destroy-gpu-instance": "dgi",
+}
+MIG_USAGE = "Invalid combination of input arguments. Please run 'nvidia-smi mig -h' for help."
+
+MIG_HELP_TEXT = """    mig -- Multi Instance GPU management.
+
+{marker}
+
+    Usage: nvidia-smi mig [options]
+
+    Options include:
+    [-h | --help]: Display help information
+    [-i | --id]: Enumeration index, PCI bus ID or UUID. Provide comma
+                 separated values for more than one device
+    [-gi | --gpu-instance-id]: GPU instance ID. Provide comma separated
+                               values for more than one GPU instance
+    [-ci | --compute-instance-id]: Compute instance ID. Provide comma
+                                   separated values for more than one compute instance
+    [-lgip | --list-gpu-instance-profiles]: List supported GPU instance profiles.
+    [-lgipp | --list-gpu-instance-possible-placements]: List possible GPU instance
+                                    placements in the following format, {{}}:<Placement Size>
+    [-C | --default-compute-instance]: Create compute instance with default profile when used
+                                       with the "-cgi" option.
+    [-cgi | --create-gpu-instance]: Create GPU instances for the given profile tuples. A profile
+                                    is a profile name or ID, comma separated.
+    [-dgi | --destroy-gpu-instance]: Destroy GPU instances.
+    [-lgi | --list-gpu-instances]: List GPU instances.
+    [-lcip | --list-compute-instance-profiles]: List supported compute instance profiles.
+    [-cci | --create-compute-instance]: Create compute instance for the given profile names or
+                                        IDs (the default profile when none is given).
+    [-dci | --destroy-compute-instance]: Destroy compute instances.
+    [-lci | --list-compute-instances]: List compute instances.
+"""
+
+
+def _instance_ids(value: str, option: str) -> set[int]:
+    try:
+        return {int(part) for part in value.split(",") if part.strip()}
+    except ValueError:
+        raise UsageError(f'Invalid value "{value}" for {option}. '
+                         "Please run 'nvidia-smi mig -h' for help.") from None
+
+
+def parse_mig(args: list[str]) -> dict[str, Any]:
+    """``nvidia-smi mig ...``: one operation, -i, -gi, -ci and -C; raises UsageError."""
+    request: dict[str, Any] = {"action": "mig", "id": None, "op": None}
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if name in ("-h", "--help"):
+            return {"action": "mig_help"}
+        if name in ("-i", "--id"):
+            request["id"], position = take_value(args, position, name)
+            continue
+        if name in ("-gi", "--gpu-instance-id", "-ci", "--compute-instance-id"):
+            value, position = take_value(args, position, name)
+            request["gi" if name in ("-gi", "--gpu-instance-id") else "ci"] = \
+                _instance_ids(value, name)
+            continue
+        if name in ("-C", "--default-compute-instance"):
+            request["default_ci"] = True
+        elif name in MIG_OPERATIONS:
+            if request["op"] is not None:
+                raise UsageError(MIG_USAGE)
+            request["op"] = MIG_OPERATIONS[name]
+            has_value = "=" in arg or (position + 1 < len(args)
+                                       and not args[position + 1].startswith("-"))
+            if request["op"] == "cgi" or (request["op"] == "cci" and has_value):
+                value, position = take_value(args, position, name)
+                request["profiles"] = [part for part in value.split(",") if part.strip()]
+                continue
+        else:
+            raise UsageError(f"ERROR: Option {arg} is not recognized. Please run "
+                             "'nvidia-smi mig -h'.")
+        position += 1
+    if request["op"] is None or (request.get("default_ci") and request["op"] != "cgi"):
+        raise UsageError(MIG_USAGE)
+    return request
+
+
 def parse(args: list[str]) -> dict[str, Any]:
     """Parse like the real tool: returns the action and its options, or raises UsageError."""
+    if args and args[0] == "mig":
+        return parse_mig(args[1:])
     request: dict[str, Any] = {"action": "table", "id": None}
     rest = args
     if args and args[0] in ("nvlink", "topo"):
@@ -1088,6 +2021,9 @@ def parse(args: list[str]) -> dict[str, Any]:
         elif name in ("-pm", "--persistence-mode"):
             request["pm"], position = take_value(rest, position, name)
             continue
+        elif name in ("-mig", "--multi-instance-gpu"):
+            request["mig"], position = take_value(rest, position, name)
+            continue
         elif name in ("-r", "--gpu-reset"):
             request["reset"] = True
         else:
@@ -1127,6 +2063,9 @@ def main(argv: list[str]) -> int:
     if request["action"] == "help":
         sys.stdout.write(HELP_TEXT.format(driver=driver or "unknown", marker=SIM_MARKER))
         return EXIT_OK
+    if request["action"] == "mig_help":
+        sys.stdout.write(MIG_HELP_TEXT.format(marker=SIM_MARKER))
+        return EXIT_OK
     if not driver:
         die(DRIVER_FAILURE + "\n", EXIT_DRIVER_NOT_LOADED)
     profile = load_profile()
@@ -1137,15 +2076,25 @@ def main(argv: list[str]) -> int:
     if not node.gpus:
         die("No devices were found\n", EXIT_NOT_FOUND)
     gpus = node.select(request.get("id"))
-    if request.get("reset"):
-        sys.stdout.write(reset(gpus))
+    if request["action"] == "mig" or "mig" in request:
+        try:
+            if request["action"] == "mig":
+                sys.stdout.write(run_mig(node, gpus, request))
+            else:
+                sys.stdout.write(set_mig_mode(node, gpus, request["mig"], request["id"] is None))
+        except UsageError as exc:
+            die(f"{exc}\n\n", EXIT_INVALID_ARGUMENT)
+        except MigError as exc:
+            die(exc.output, exc.code)
+    elif request.get("reset"):
+        sys.stdout.write(reset(node, gpus))
     elif "pm" in request:
         try:
             sys.stdout.write(set_persistence(node, gpus, request["pm"]))
         except UsageError as exc:
             die(f"{exc}\n\n", EXIT_INVALID_ARGUMENT)
     elif request["action"] == "list":
-        sys.stdout.write(render_list(gpus))
+        sys.stdout.write(render_list(node, gpus))
     elif request["action"] == "nvlink":
         sys.stdout.write(render_nvlink_status(node, gpus))
     elif request["action"] == "topo":
