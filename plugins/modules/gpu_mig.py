@@ -14,8 +14,8 @@ description:
     (order aside) is left alone; on any other, its compute and GPU instances are destroyed, MIG
     mode is set, and the planned instances are created with their default compute instance
     (C(nvidia-smi mig -cgi NAMES -C)).
-  - Then makes the capability files of every MIG device (C(/dev/nvidia-caps/nvidia-cap<minor>):
-    the GPU instance's and the compute instance's C(access), minors from
+  - Then makes the capability files of every MIG device, C(/dev/nvidia-caps/nvidia-cap<minor>)
+    for the GPU instance's and the compute instance's C(access) (minors from
     C(<proc_root>/driver/nvidia-caps/mig-minors), major from C(<proc_root>/devices)), which Slurm's
     gres.conf C(MultipleFiles=) names, and returns each device with its files.
   - Check mode reports what would change and changes nothing.
@@ -27,8 +27,7 @@ options:
     elements: raw
     required: true
   proc_root:
-    description: Where the driver's /proc files are read (the simulated cluster points it at
-      its stand-ins).
+    description: Where the driver's /proc files (mig-minors, devices) are read.
     type: path
     default: /proc
   dev_root:

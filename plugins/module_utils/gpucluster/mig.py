@@ -211,7 +211,6 @@ def make_device_nodes(devices, major, dev_root="/", check=False):
     return made
 
 
-
 def _read(path):
     try:
         with open(path, encoding="utf-8") as handle:
