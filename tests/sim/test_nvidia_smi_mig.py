@@ -24,6 +24,7 @@ from provisioner.sim.tools.node import (
     MIG_INSTANCES_FILE,
     MIG_MINORS_FILE,
     MIG_MODE_FILE,
+    MIG_MODE_VOLATILE_FILE,
     NVIDIA_CAPS_MAJOR,
     PROC_DEVICES_FILE,
     load_module_sh,
@@ -145,7 +146,9 @@ def test_enabling_prints_the_real_lines_and_the_mode_shows(h100: Node) -> None:
     h100.ok("-pm", "1")
     assert h100.ok("--multi-instance-gpu=1", "-i", "1") == \
         "Enabled MIG Mode for GPU 00000000:3B:00.0\nAll done.\n"
-    assert (h100.root / MIG_MODE_FILE.lstrip("/")).read_text().splitlines()[:2] == \
+    # An H100's mode is the driver's, under /run (node.mig_mode_file).
+    assert not (h100.root / MIG_MODE_FILE.lstrip("/")).exists()
+    assert (h100.root / MIG_MODE_VOLATILE_FILE.lstrip("/")).read_text().splitlines()[:2] == \
         ["0 Enabled", "1 Enabled"]
 
 
@@ -486,18 +489,32 @@ def test_nvlink_status_refuses_mig_gpus(mig_h100: Node) -> None:
 # --------------------------------------------------------------------------- lifetime
 
 
-def test_a_reboot_keeps_the_mode_and_drops_the_instances(mig_h100: Node) -> None:
+def test_a_reboot_drops_the_instances_and_an_h100s_mode(mig_h100: Node) -> None:
     mig_h100.ok("mig", "-cgi", CAPTURE_LAYOUT, "-C")
     before = mig_h100.ok("-L").splitlines()
     mig_h100.reboot()
+    # Hopper keeps no MIG mode over a reboot (an A100 does, in its InfoROM: below).
     assert mig_h100.ok("--query-gpu=mig.mode.current", "--format=csv,noheader",
-                       "-i", "0") == "Enabled\n"
+                       "-i", "0") == "Disabled\n"
+    assert not any("MIG" in line for line in mig_h100.ok("-L").splitlines())
+    mig_h100.ok("-i", "0", "-mig", "1")
     result = mig_h100.run("mig", "-lgi")
     assert (result.returncode, result.stdout) == (6, "No GPU instances found.\n")
-    assert not any("MIG" in line for line in mig_h100.ok("-L").splitlines())
     # Recreated, the same geometry has the same IDs and device UUIDs.
     mig_h100.ok("mig", "-cgi", CAPTURE_LAYOUT, "-C")
     assert mig_h100.ok("-L").splitlines() == before
+
+
+def test_an_a100_keeps_its_mode_over_a_reboot(tmp_path: Path, bundled: Bundled) -> None:
+    a100 = Node(tmp_path, bundled, dict(H100_NODE, gpu_model="NVIDIA A100-SXM4-80GB",
+                                        architecture="ampere"))
+    a100.ok("-i", "0", "-mig", "1")
+    a100.ok("mig", "-i", "0", "-cgi", "7g.80gb", "-C")
+    a100.reboot()
+    assert a100.ok("--query-gpu=mig.mode.current", "--format=csv,noheader",
+                   "-i", "0") == "Enabled\n"
+    result = a100.run("mig", "-lgi")
+    assert (result.returncode, result.stdout) == (6, "No GPU instances found.\n")
 
 
 def test_destroy_then_recreate(mig_h100: Node) -> None:

@@ -50,7 +50,7 @@ def mig_refusal() -> str | None:
     faults = read_fault_file(read_text(FAULTS_FILE) or "")
     present = [slot for slot in range(count)
                if not has_fault([f for f in faults if f.gpu == slot], "missing")]
-    modes = read_mig_modes()
+    modes = read_mig_modes(str(profile.get("architecture", "hopper")).strip().lower())
     instances = read_mig_instances()
     for gpu_id, slot in enumerate(present):
         if not modes.get(slot, False):

@@ -34,11 +34,17 @@ PERSISTENCE_FILE = "/var/lib/gpu-sim/persistence"
 # Every GPU reset (nvidia-smi -r) the node took: "<unix time> <PCI bus id>" lines, so a test can
 # tell that a reset happened and when.
 RESET_LOG = "/var/lib/gpu-sim/resets"
-# MIG mode of each GPU: "<slot> Enabled|Disabled" lines. It lives on the GPU (its InfoROM), so it
-# survives a reboot, unlike the GPU and compute instances (MIG_INSTANCES_FILE, under /run, which a
-# reboot empties): NVIDIA's MIG user guide, "the created MIG devices are not persistent across
-# system reboots".
+# MIG mode of each GPU: "<slot> Enabled|Disabled" lines. An A100 keeps it on the GPU ("MIG mode is
+# persistent across system reboots (there is a status bit stored in the GPU InfoROM)"), Hopper and
+# later GPUs do not ("MIG mode is no longer persistent across system reboots"; unloading the
+# driver disables it): NVIDIA's MIG user guide, "Getting Started with MIG". So Ampere's mode is
+# kept in MIG_MODE_FILE, later GPUs' under /run (MIG_MODE_VOLATILE_FILE), which a reboot empties
+# as it does the GPU and compute instances (MIG_INSTANCES_FILE: "the created MIG devices are not
+# persistent across system reboots").
 MIG_MODE_FILE = "/var/lib/gpu-sim/mig-mode"
+MIG_MODE_VOLATILE_FILE = "/run/gpu-sim/mig-mode"
+# Architectures whose MIG mode survives a reboot (InfoROM).
+MIG_MODE_KEPT = ("ampere",)
 # The GPU instances and their compute instances: {"<slot>": [GPU instance...]}, each
 # {"id", "profile_id", "start", "slices", "memory_slices", "compute_instances": [{"id",
 # "profile_id", "start", "slices"}]} (start and slices of a compute instance count compute slices
@@ -138,19 +144,24 @@ def load_module_sh(indent: str = "") -> str:
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
-def read_mig_modes() -> dict[int, bool]:
-    """The MIG mode of each GPU slot MIG_MODE_FILE names (absent: disabled)."""
+def mig_mode_file(arch_key: str) -> str:
+    """Where the MIG mode of a GPU of ``arch_key`` is kept (see MIG_MODE_FILE)."""
+    return MIG_MODE_FILE if arch_key in MIG_MODE_KEPT else MIG_MODE_VOLATILE_FILE
+
+
+def read_mig_modes(arch_key: str = "hopper") -> dict[int, bool]:
+    """The MIG mode of each GPU slot mig_mode_file(arch_key) names (absent: disabled)."""
     modes: dict[int, bool] = {}
-    for line in (read_text(MIG_MODE_FILE) or "").splitlines():
+    for line in (read_text(mig_mode_file(arch_key)) or "").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0].isdigit():
             modes[int(parts[0])] = parts[1].lower() in ("enabled", "1", "on")
     return modes
 
 
-def write_mig_modes(modes: dict[int, bool]) -> None:
-    """Write MIG_MODE_FILE (raises OSError, PermissionError for a non-root user)."""
-    path = sim_path(MIG_MODE_FILE)
+def write_mig_modes(modes: dict[int, bool], arch_key: str = "hopper") -> None:
+    """Write mig_mode_file(arch_key) (raises OSError, PermissionError for a non-root user)."""
+    path = sim_path(mig_mode_file(arch_key))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(f"{slot} {'Enabled' if on else 'Disabled'}\n"

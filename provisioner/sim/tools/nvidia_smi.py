@@ -9,7 +9,8 @@ hardware profile so that the real parsers, checks and reports run against realis
   $GPU_SIM_ROOT/usr/lib/gpu-sim/driver-version, cuda-version   written by the driver package;
                                              absent means "driver not loaded" (exit 9)
   $GPU_SIM_ROOT/var/lib/gpu-sim/persistence  persistence mode state (written by -pm)
-  $GPU_SIM_ROOT/var/lib/gpu-sim/mig-mode     MIG mode of each GPU (-mig; kept over a reboot)
+  $GPU_SIM_ROOT/var/lib/gpu-sim/mig-mode     MIG mode of each A100 (-mig; kept over a reboot;
+                                             later GPUs' under /run/gpu-sim, lost at a reboot)
   $GPU_SIM_ROOT/run/gpu-sim/mig-instances.json  GPU and compute instances (nvidia-smi mig;
                                              gone after a reboot, like on a real GPU)
 
@@ -456,7 +457,7 @@ class Node:
         self.numa_count = int(profile.get("numa_nodes", 2 if self.gpu_count > 1 else 1))
         self.persistence = load_persistence(self.gpu_count)
         self.mig_profiles = parse_mig_profiles(profile, arch_key)
-        self.mig_modes = read_mig_modes()
+        self.mig_modes = read_mig_modes(arch_key)
         self.mig_instances = read_mig_instances()
         self.gpus: list[Gpu] = []
         for slot in range(self.gpu_count):
@@ -1774,7 +1775,7 @@ def set_mig_mode(node: Node, gpus: list[Gpu], value: str, all_gpus: bool) -> str
             raise MigError(out + "Terminating early due to previous errors.\n", code)
         modes[gpu.slot] = enable
         try:
-            write_mig_modes(modes)
+            write_mig_modes(modes, node.arch_key)
         except PermissionError:
             raise MigError(out + f"Unable to {verb} MIG Mode for GPU {gpu.bus_id}: Insufficient "
                            "Permissions\nTerminating early due to previous errors.\n",
