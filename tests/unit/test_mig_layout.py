@@ -240,3 +240,18 @@ def test_slurm_gres_counts_whole_gpus_then_each_instance_profile() -> None:
         "gpu:h100:2,gpu:3g.40gb:1,gpu:2g.20gb:1,gpu:1g.10gb:2"
     assert slurm_gres([["7g.80gb"]], "h100") == "gpu:7g.80gb:1"
     assert slurm_gres(None, "h100", 8) == "gpu:h100:8"
+
+
+def test_a_mig_gpus_nvlink_is_not_judged_but_said(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+    from gpucluster.nvlink import parse_nvlink_status
+
+    capture = Path(ROOT.parent / "shared" / "captures" / "nvidia-smi-nvlink" /
+                   "h200-mig-unsupported.txt")
+    text = capture.read_text() if capture.exists() else (
+        "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n"
+        "Nvlink queries are not supported for Devices in MIG mode\n")
+    checks = evaluate({"nvlink": parse_nvlink_status(text)},
+                      {"nvlink_links_per_gpu": 18, "nvlink_link_speed_gbps": 26.562})
+    assert [(c["name"], c["status"]) for c in checks] == [("gpu0_nvlink", "skip")]
+    assert "MIG mode" in checks[0]["detail"]

@@ -36,8 +36,8 @@ _LGI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\
 # A row of `nvidia-smi mig -lci`: "|   0      2       MIG 3g.40gb          2        0   0:3  |".
 _LCI_ROW = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|")
 _MINOR_LINE = re.compile(r"^(\S+)\s+(\d+)\s*$")
-# What nvidia-smi prints (with a non-zero exit) when a GPU has no instance to list.
-_NONE_FOUND = re.compile(r"No (GPU|compute) instances? found", re.I)
+# What nvidia-smi prints (exit 6) when no GPU has an instance to list, or none has MIG on.
+_NONE_FOUND = re.compile(r"No (GPU|compute) instances? found|No MIG-enabled devices found", re.I)
 
 CAPS_DIR = "/dev/nvidia-caps"
 
@@ -109,12 +109,17 @@ def changes(modes, instances, planned):
     return out
 
 
+def _words(text):
+    """nvidia-smi's message on one line (its last 300 characters)."""
+    return "; ".join(line.strip() for line in (text or "").splitlines() if line.strip())[-300:]
+
+
 def read_modes(run, nvidia_smi):
     """{index: MIG mode on?} from --query-gpu; raises RuntimeError with nvidia-smi's words."""
     rc, out, err = run([nvidia_smi, "--query-gpu=index,mig.mode.current",
                         "--format=csv,noheader"])
     if rc != 0:
-        raise RuntimeError("nvidia-smi --query-gpu failed: %s" % (err or out).strip()[-300:])
+        raise RuntimeError("nvidia-smi --query-gpu failed: %s" % _words(err or out))
     modes = {}
     for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -129,7 +134,7 @@ def read_instances(run, nvidia_smi):
     if rc != 0:
         if _NONE_FOUND.search(out + err):
             return {}
-        raise RuntimeError("nvidia-smi mig -lgi failed: %s" % (err or out).strip()[-300:])
+        raise RuntimeError("nvidia-smi mig -lgi failed: %s" % _words(err or out))
     return parse_lgi(out)
 
 
@@ -161,7 +166,7 @@ def apply(run, planned, nvidia_smi="nvidia-smi", check=False):
             rc, out, err = run([nvidia_smi] + step)
             if rc != 0:
                 raise RuntimeError("GPU %s: nvidia-smi %s failed (exit %d): %s" % (
-                    gpu, " ".join(step), rc, (err or out).strip()[-300:]))
+                    gpu, " ".join(step), rc, _words(err or out)))
     return {"changed": True, "gpus": [t[0] for t in todo],
             "instances": read_instances(run, nvidia_smi)}
 
@@ -229,7 +234,7 @@ def converge(run, planned, nvidia_smi="nvidia-smi", proc_root="/proc", dev_root=
     if result["instances"]:
         rc, out, err = run([nvidia_smi, "mig", "-lci"])
         if rc != 0:
-            raise RuntimeError("nvidia-smi mig -lci failed: %s" % (err or out).strip()[-300:])
+            raise RuntimeError("nvidia-smi mig -lci failed: %s" % _words(err or out))
         minors = _read(os.path.join(proc_root, "driver/nvidia-caps/mig-minors"))
         major = caps_major(_read(os.path.join(proc_root, "devices")))
         if minors is None or major is None:

@@ -169,7 +169,14 @@ def _nvlink_checks(nvl, exp, gpu=None):
         down = [link.get("link") for link in links if link.get("state") != "up"]
         slow = [link.get("link") for link in up if speed and link.get("speed_gbps") is not None
                 and link["speed_gbps"] < speed * (1 - SPEED_TOLERANCE)]
-        if g.get("status") == "all_inactive":
+        if g.get("status") == "mig_unsupported":
+            # nvidia-smi does not query a MIG GPU's NVLinks ("Nvlink queries are not supported
+            # for Devices in MIG mode", a real H200's output); MIG devices do not use NVLink
+            # peer to peer. Not measured, so not judged: skipped, saying why.
+            out.append(check_result("gpu%s_nvlink" % idx, SKIP, None, want_links,
+                                    "GPU%s is in MIG mode: nvidia-smi does not report its "
+                                    "NVLinks" % idx))
+        elif g.get("status") == "all_inactive":
             detail = "GPU%s: all NVLinks inactive (fabric manager down, or a baseboard fault)" % idx
             out.append(check_result("gpu%s_nvlink" % idx, FAIL, 0, want_links, detail))
         elif len(up) < want_links or slow:

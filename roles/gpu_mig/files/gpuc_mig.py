@@ -1,6 +1,7 @@
 """gpuc-mig LAYOUT_FILE: apply the planned MIG layout and make the MIG devices' capability
 files, as the gpu_mig role did at install; run by gpuc-mig.service at every boot (GPU instances
-do not survive one). LAYOUT_FILE is the role's JSON: {"layout": [...], "proc_root": "/proc"}.
+do not survive one). LAYOUT_FILE is the role's JSON: {"layout": [...], "proc_root": "/proc"}
+(and "dev_root", where /dev/nvidia-caps is made, default "/").
 
 Exit 0 when the GPUs hold the layout; 1 with one line naming the GPU and nvidia-smi's words
 otherwise; 2 on a bad argument or file. The policy is the collection's
@@ -38,7 +39,8 @@ def main(argv):
 
     nvidia_smi = shutil.which("nvidia-smi") or "nvidia-smi"
     try:
-        result = converge(run, layout, nvidia_smi, spec.get("proc_root") or "/proc")
+        result = converge(run, layout, nvidia_smi, spec.get("proc_root") or "/proc",
+                          spec.get("dev_root") or "/")
     except (RuntimeError, OSError) as exc:
         print(f"gpuc-mig: {exc}", file=sys.stderr)
         return 1
