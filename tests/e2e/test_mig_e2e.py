@@ -51,8 +51,10 @@ def instances(node: str) -> dict[int, list[str]]:
 
 
 def gres_of(node: str) -> str | None:
-    out = on(CONTROLLER, "sinfo", "-N", "-h", "-n", node, "-o", "%N %T %G").stdout.split()
-    return out[2] if len(out) == 3 and out[1] == "idle" else None
+    """The node's GRES while it is idle (sinfo -N prints it once per partition)."""
+    rows = {tuple(line.split()) for line in on(CONTROLLER, "sinfo", "-N", "-h", "-n", node, "-o",
+                                               "%N %T %G").stdout.splitlines() if line.strip()}
+    return next(iter(rows))[2] if len(rows) == 1 and next(iter(rows))[1] == "idle" else None
 
 
 @pytest.fixture(scope="module")
