@@ -668,13 +668,13 @@ def sim_inventory_vars() -> dict[str, Any]:
 
 
 
-# Slurm is on in the simulated cluster: the first login node runs slurmctld. A container has no
-# cgroup tree of its own for slurmd to manage (linuxproc tracking, no task containment, no
-# cgroup.conf) and its slurmd has no NVML: gres.conf lists the device files the simulator makes.
+# Slurm is on in the simulated cluster: the first login node runs slurmctld. Its slurmd runs as
+# on a real node (proctrack/cgroup, task/cgroup, cgroup.conf with ConstrainDevices): a node's
+# container has its own cgroup tree, and the host kernel's device rules decide which GPU files a
+# job opens (this host's kernel mounts cgroup v1, so Slurm's autodetect takes its cgroup/v1
+# plugin there, where a cgroup v2 node takes cgroup/v2 from the same cgroup.conf). Its slurmd has
+# no NVML: gres.conf lists the device files the simulator makes.
 SIM_SLURM_VARS: dict[str, Any] = {
-    "slurm_controller_proctrack_type": "proctrack/linuxproc",
-    "slurm_controller_task_plugin": "task/none",
-    "slurm_node_cgroup": False,
     "slurm_node_gres_autodetect": False,
 }
 
