@@ -34,7 +34,7 @@ options:
     description: The root under which /dev/nvidia-caps is made.
     type: path
     default: /
-author: gpu-cluster-provisioner
+author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
 EXAMPLES = r"""
