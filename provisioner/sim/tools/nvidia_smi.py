@@ -1573,6 +1573,16 @@ def save_mig_instances(node: Node, gpu: Gpu) -> None:
     write_mig_instances(node.mig_instances)
 
 
+def save_or_fail(node: Node, gpu: Gpu, out: str, what: str) -> None:
+    """save_mig_instances; a user without the right fails as the real tool does:
+    ``Failed to <what>: Insufficient Permissions`` after what ``out`` already said."""
+    try:
+        save_mig_instances(node, gpu)
+    except PermissionError:
+        raise MigError(out + f"Failed to {what}: Insufficient Permissions\n",
+                       EXIT_NO_PERMISSION) from None
+
+
 def add_compute_instance(gpu: Gpu, gi: dict[str, Any], size: int, profile_id: int) -> int | None:
     """Create a compute instance of ``size`` slices in ``gi`` (lowest free start, lowest free
     ID); its ID, or None when it does not fit."""
@@ -1678,11 +1688,7 @@ def create_compute_instances(node: Node, gpus: list[Gpu], tokens: list[str] | No
                         f"instance ID {gi['id']:>2} using profile {shown}: {error}\n"
                         f"Failed to create compute instances: {error}\n",
                         EXIT_NOT_FOUND if found is None else EXIT_OTHER_ERROR)
-                try:
-                    save_mig_instances(node, gpu)
-                except PermissionError:
-                    raise MigError(out + "Failed to create compute instances: Insufficient "
-                                   "Permissions\n", EXIT_NO_PERMISSION) from None
+                save_or_fail(node, gpu, out, "create compute instances")
                 out += ci_created_line(gpu, gi, ci_id, found[2], found[1])
     return out
 
@@ -1703,11 +1709,7 @@ def destroy_compute_instances(node: Node, gpus: list[Gpu], wanted_gi: set[int] |
                 if wanted_ci is not None and ci["id"] not in wanted_ci:
                     continue
                 gi["compute_instances"].remove(ci)
-                try:
-                    save_mig_instances(node, gpu)
-                except PermissionError:
-                    raise MigError(out + "Failed to destroy compute instances: Insufficient "
-                                   "Permissions\n", EXIT_NO_PERMISSION) from None
+                save_or_fail(node, gpu, out, "destroy compute instances")
                 destroyed += 1
                 out += (f"Successfully destroyed compute instance ID {ci['id']:>2} from GPU "
                         f"{gpu.index:>2} GPU instance ID {gi['id']:>2}\n")
@@ -1735,11 +1737,7 @@ def destroy_gpu_instances(node: Node, gpus: list[Gpu], wanted: set[int] | None) 
                                "Failed to destroy GPU instances: In use by another client\n",
                                EXIT_OTHER_ERROR)
             gpu.gpu_instances.remove(gi)
-            try:
-                save_mig_instances(node, gpu)
-            except PermissionError:
-                raise MigError(out + "Failed to destroy GPU instances: Insufficient "
-                               "Permissions\n", EXIT_NO_PERMISSION) from None
+            save_or_fail(node, gpu, out, "destroy GPU instances")
             destroyed += 1
             out += f"Successfully destroyed GPU instance ID {gi['id']:>2} from GPU {gpu.index:>2}\n"
     if not destroyed:
