@@ -141,7 +141,7 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     read_ib_sysfs,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.mig import (
-    read_instances,
+    read_layout,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.nvlink import (
     parse_nvlink_status,
@@ -249,21 +249,6 @@ def read_imex(module, nodes_config):
     return out
 
 
-def read_mig(module, gpu):
-    """{modes, instances} of the GPUs nvidia-smi -q -x read (mig.parse_lgi), or {error}."""
-    if not gpu or gpu.get("error"):
-        return {"error": "nvidia-smi -q -x was not read"}
-    modes = dict((g["index"], bool(g.get("mig_mode"))) for g in gpu.get("gpus") or [])
-    instances = {}
-    if any(modes.values()):
-        try:
-            instances = read_instances(module.run_command,
-                                       module.get_bin_path("nvidia-smi") or "nvidia-smi")
-        except RuntimeError as exc:
-            return {"error": str(exc)}
-    return {"modes": modes, "instances": instances}
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -308,7 +293,9 @@ def main():
             facts["xid"] = {"events": events}
     mig_gpus = [g["index"] for g in (facts.get("gpu") or {}).get("gpus") or [] if g.get("mig_mode")]
     if "mig" in p["subsets"] and p["expected"].get("mig_layout") is not None:
-        facts["mig"] = read_mig(module, facts.get("gpu"))
+        facts["mig"] = read_layout(module.run_command,
+                                   module.get_bin_path("nvidia-smi") or "nvidia-smi",
+                                   facts.get("gpu"))
     if "dcgm" in p["subsets"] and mig_gpus:
         # DCGM's diagnostic refuses a node with MIG on ("GPU N's MIG configuration is
         # incompatible with the diagnostic because it prevents access to the entire GPU",

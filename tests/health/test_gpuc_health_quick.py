@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,3 +160,34 @@ def test_the_bounds_nest() -> None:
         mp.undo()
     assert health.QUICK_TOOL_TIMEOUT < slurm.PROLOG_TIMEOUT < SLURM_MESSAGE_TIMEOUT_DEFAULT
     assert health.QUICK_TOOL_TIMEOUT < health.TOOL_TIMEOUT
+
+
+def test_a_mig_gpu_without_its_planned_instances_fails_quick(sim_node: MakeNode) -> None:
+    """The plan's MIG layout is judged before each job: GPU 0 split as planned passes, and the
+    same GPU with its instances gone (what a failed gpuc-mig.service at boot leaves) fails on
+    gpu0_mig, naming what is missing; its NVLink, which nvidia-smi does not report in MIG mode,
+    is skipped."""
+    layout = [["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]] + [None] * 7
+    node = sim_node(expected={"mig_layout": layout})
+    node.write()
+    env = {**os.environ, "GPU_SIM_ROOT": str(node.root)}
+    smi = node.bin / "nvidia-smi"
+    for args in (["-i", "0", "-mig", "1"], ["mig", "-i", "0", "-cgi",
+                                             "3g.40gb,2g.20gb,1g.10gb,1g.10gb", "-C"]):
+        done = subprocess.run([str(smi), *args], env=env, capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    rc, result = node.json("--quick")
+    assert rc == 0, failing(result)
+    checks = {c["name"]: c for c in result["checks"]}
+    assert checks["gpu0_mig"]["status"] == "pass" and checks["gpu1_mig"]["status"] == "pass"
+    assert checks["gpu0_nvlink"]["status"] == "skip"
+    done = subprocess.run([str(smi), "mig", "-i", "0", "-dci"], env=env, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout
+    subprocess.run([str(smi), "mig", "-i", "0", "-dgi"], env=env, check=True,
+                   capture_output=True)
+    rc, result = node.json("--quick")
+    assert rc == 2 and failing(result) == {"gpu0_mig"}, statuses(result)
+    detail = {c["name"]: c["detail"] for c in result["checks"]}["gpu0_mig"]
+    assert detail == "MIG instances none, the plan has 3g.40gb, 2g.20gb, 1g.10gb, 1g.10gb"

@@ -138,6 +138,20 @@ def read_instances(run, nvidia_smi):
     return parse_lgi(out)
 
 
+def read_layout(run, nvidia_smi, gpu):
+    """What validate and gpuc-health judge: {modes: {index: bool}, instances: parse_lgi} of
+    the GPUs ``gpu`` (parsed ``nvidia-smi -q -x``) lists, or {error}. ``nvidia-smi mig -lgi``
+    is asked only when a GPU has MIG on."""
+    if not gpu or gpu.get("error"):
+        return {"error": "nvidia-smi -q -x was not read"}
+    modes = dict((g["index"], bool(g.get("mig_mode"))) for g in gpu.get("gpus") or [])
+    try:
+        instances = read_instances(run, nvidia_smi) if any(modes.values()) else {}
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    return {"modes": modes, "instances": instances}
+
+
 def apply(run, planned, nvidia_smi="nvidia-smi", check=False):
     """Bring the GPUs to ``planned``. ``run(argv) -> (rc, stdout, stderr)``. Returns
     {changed, gpus (the indices changed), instances (parse_lgi after)}; raises RuntimeError

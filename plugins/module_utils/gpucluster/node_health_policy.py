@@ -163,7 +163,8 @@ def judge(facts, expected, stack):
     """Every check of one run. ``facts``: {gpu, nvlink, ib, xid ({events} already reduced to
     this run's), counters ({now, before}: the error counter readings), measured
     ({cuda_toolkit, driver_cuda}), fabricmanager, dcgm_health}."""
-    subsets = {k: facts[k] for k in ("gpu", "nvlink", "ib", "xid", "counters") if k in facts}
+    subsets = {k: facts[k] for k in ("gpu", "nvlink", "ib", "xid", "counters", "mig")
+               if k in facts}
     checks = evaluate(subsets, expected)
     # validate's Xid wording says "since boot"; a health run judges what it was given.
     for item in checks:
@@ -180,10 +181,11 @@ def judge(facts, expected, stack):
 
 # What `gpuc-health --quick` (Slurm's Prolog, before each job) reads: one nvidia-smi -q -x (the
 # GPUs, their memory, PCIe, driver, retired pages, clocks), nvidia-smi nvlink -s where NVLink is
-# planned, the RDMA ports' sysfs where HCAs are, and the fabric manager's state on NVSwitch
-# systems. Not read there: the kernel log (xid), the error counters, DCGM's health watches and
-# the installed CUDA toolkit and NCCL (the full check and validate judge those).
-QUICK_FACTS = ("gpu", "nvlink", "ib", "fabricmanager")
+# planned, the RDMA ports' sysfs where HCAs are, the fabric manager's state on NVSwitch
+# systems, and the GPU instances (nvidia-smi mig -lgi) where the plan has a MIG layout. Not read
+# there: the kernel log (xid), the error counters, DCGM's health watches and the installed CUDA
+# toolkit and NCCL (the full check and validate judge those).
+QUICK_FACTS = ("gpu", "nvlink", "ib", "fabricmanager", "mig")
 
 
 def judge_quick(facts, expected):
@@ -192,7 +194,8 @@ def judge_quick(facts, expected):
     that left the GPU unusable shows here as its symptom (fallen off the bus: gpu_count; an
     uncorrectable memory error or a pending remap: gpuN_memory), the Xid itself in the full
     check."""
-    checks = evaluate({k: facts[k] for k in ("gpu", "nvlink", "ib") if k in facts}, expected)
+    checks = evaluate({k: facts[k] for k in ("gpu", "nvlink", "ib", "mig") if k in facts},
+                      expected)
     checks.extend(gpu_extra_checks(facts.get("gpu")))
     if "fabricmanager" in facts:
         checks.extend(fabricmanager_check(expected.get("nvswitch"), facts["fabricmanager"]))

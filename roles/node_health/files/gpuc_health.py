@@ -11,15 +11,16 @@ baseline it keeps in its state file (--state).
 With --quick (Slurm's Prolog runs it before each job, through gpuc-slurm-health) it judges only
 what says whether a job can start on the node now: the GPUs the plan names (count, model, none
 fallen off the bus), their memory (no uncorrectable ECC error, no pending row remap or page
-retirement), PCIe width, the loaded driver, NVLink and the RDMA ports where planned, and the
-fabric manager on NVSwitch systems. It reads them from one `nvidia-smi -q -x`, with `nvidia-smi
-nvlink -s` beside it where the plan has NVLink, the RDMA sysfs tree and `systemctl is-active`,
+retirement), PCIe width, the loaded driver, NVLink and the RDMA ports where planned, the
+fabric manager on NVSwitch systems, and each GPU's MIG instances where the plan has a layout. It
+reads them from one `nvidia-smi -q -x`, with `nvidia-smi nvlink -s` beside it where the plan has
+NVLink, `nvidia-smi mig -lgi` where a GPU has MIG on, the RDMA sysfs tree and `systemctl is-active`,
 and leaves out what is slow or needs history: the kernel log's Xid events (journalctl reads the
 whole boot's log, which grows with the uptime, and the events are judged against the last run's
 state), DCGM's health watches (dcgmi asks the host engine), the error counters (judged by their
 rise against a baseline) and the installed CUDA toolkit and NCCL (they change with an install,
-not between two jobs). It reads and writes no state, and no textfile. A tool that does not answer within its
-quick bound (QUICK_TOOL_TIMEOUT) makes it "could not check" (exit 3), not unhealthy.
+not between two jobs). It reads and writes no state, and no textfile. A tool that does not
+answer within its quick bound (QUICK_TOOL_TIMEOUT) makes it "could not check" (exit 3), not unhealthy.
 
 Exit status: 0 healthy, 1 degraded, 2 unhealthy, 3 could not check (bad usage included).
 """
@@ -46,6 +47,7 @@ sys.path.insert(0, os.path.abspath(LIB))
 from gpucluster import counters  # noqa: E402
 from gpucluster import node_health_policy as policy  # noqa: E402
 from gpucluster.ib_sysfs import read_ib_sysfs  # noqa: E402
+from gpucluster.mig import read_layout  # noqa: E402
 from gpucluster.nvlink import parse_nvlink_status  # noqa: E402
 from gpucluster.nvsmi_xml import parse_nvidia_smi_xml  # noqa: E402
 from gpucluster.xid import FATAL_XIDS, parse_xid  # noqa: E402
@@ -218,6 +220,11 @@ def device_facts(reads: dict[str, Any], opts: argparse.Namespace, expected: dict
             "error": f"{root} does not exist (no RDMA devices or driver)"}
     else:
         facts["ib"] = {}
+    if expected.get("mig_layout") is not None:
+        # The planned MIG layout (gpuc-mig.service restores it at boot): a GPU left without its
+        # instances fails here, and Slurm drains the node naming the GPU.
+        facts["mig"] = read_layout(lambda argv: run(argv) or (127, "", "nvidia-smi not found"),
+                                   "nvidia-smi", facts["gpu"])
     return facts
 
 
