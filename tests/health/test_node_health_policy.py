@@ -141,7 +141,7 @@ def test_judge_quick_judges_only_the_quick_facts() -> None:
     assert failed == {"gpu0_memory", "fabricmanager"}
     names = {c["name"] for c in quick}
     assert not names & {"xid", "dcgm_health", "cuda_version"}
-    assert set(policy.QUICK_FACTS) == {"gpu", "nvlink", "ib", "fabricmanager"}
+    assert set(policy.QUICK_FACTS) == {"gpu", "nvlink", "ib", "fabricmanager", "mig"}
     # The full check judges the same facts with the same functions, and the rest besides.
     full = policy.judge(facts, expected, {"cuda_version": "13.0"})
     by_full = {c["name"]: c for c in full}
