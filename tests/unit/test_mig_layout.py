@@ -255,3 +255,21 @@ def test_a_mig_gpus_nvlink_is_not_judged_but_said(tmp_path: Path) -> None:
                       {"nvlink_links_per_gpu": 18, "nvlink_link_speed_gbps": 26.562})
     assert [(c["name"], c["status"]) for c in checks] == [("gpu0_nvlink", "skip")]
     assert "MIG mode" in checks[0]["detail"]
+
+
+def test_a_mode_left_pending_stops_with_what_to_do() -> None:
+    class Pending(FakeSmi):
+        def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+            if argv[1:] == ["-i", "0", "-mig", "1"]:
+                self.calls.append(argv[1:])
+                return 0, ("Warning: MIG mode is in pending enable state for GPU "
+                           "00000000:07:00.0:In use by another client\n00000000:07:00.0 is "
+                           "currently being used by one or more other processes\nAll done.\n"), ""
+            return super().__call__(argv)
+
+    smi = Pending({0: False}, "")
+    with pytest.raises(RuntimeError, match=r"GPU 0: MIG mode is pending, not set: Warning: MIG "
+                                           r"mode is in pending enable state .* reset it "
+                                           r"\(nvidia-smi -r -i 0\) or reboot"):
+        node_mig.apply(smi, [["7g.80gb"]], "nvidia-smi")
+    assert not [c for c in smi.calls if "-cgi" in c]

@@ -39,6 +39,11 @@ _MINOR_LINE = re.compile(r"^(\S+)\s+(\d+)\s*$")
 # What nvidia-smi prints (exit 6) when no GPU has an instance to list, or none has MIG on.
 _NONE_FOUND = re.compile(r"No (GPU|compute) instances? found|No MIG-enabled devices found", re.I)
 
+# nvidia-smi -mig's warning when the mode waits for a GPU reset, exit 0 ("Warning: MIG mode is
+# in pending enable state for GPU 00000000:07:00.0:In use by another client": NVIDIA MIG user
+# guide, "Getting Started with MIG").
+_PENDING = re.compile(r"MIG mode is in pending (enable|disable) state", re.I)
+
 CAPS_DIR = "/dev/nvidia-caps"
 
 
@@ -181,6 +186,13 @@ def apply(run, planned, nvidia_smi="nvidia-smi", check=False):
             if rc != 0:
                 raise RuntimeError("GPU %s: nvidia-smi %s failed (exit %d): %s" % (
                     gpu, " ".join(step), rc, _words(err or out)))
+            if _PENDING.search(out + err):
+                # An A100 in use, or passed through to a VM, takes the mode only after a GPU
+                # reset (the guide's "pending enable state"): nvidia-smi exits 0 all the same.
+                raise RuntimeError("GPU %s: MIG mode is pending, not set: %s; stop what holds "
+                                   "the GPU (nvidia-persistenced, DCGM, jobs) and reset it "
+                                   "(nvidia-smi -r -i %s) or reboot, then run again"
+                                   % (gpu, _words(out + err), gpu))
     return {"changed": True, "gpus": [t[0] for t in todo],
             "instances": read_instances(run, nvidia_smi)}
 
