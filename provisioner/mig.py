@@ -11,10 +11,12 @@ A layout is written one of three ways:
   and a GPU the mapping does not name keeps MIG off.
 
 The plan hands the roles one entry per GPU: None (MIG off) or the instance profiles in the
-order they are created (largest first, so each finds a free placement when any packing
-exists). Whether a list fits one GPU is decided here exactly as the driver decides it: every
-instance needs a free run of memory slices starting at one of its profile's placements
-(``nvidia-smi mig -lgipp``), and no profile may exceed its instance count.
+order they are created: largest first, so the small profiles, which have the most placements,
+come last (the driver picks each instance's placement itself; an order it cannot fit fails
+on the node, naming the GPU, with nvidia-smi's words). Whether a list fits one GPU at all is
+decided here by the driver's rule: every instance needs a free run of memory slices starting
+at one of its profile's placements (``nvidia-smi mig -lgipp``), no profile may exceed its
+instance count, and the slices add up to at most 7 compute and 8 memory slices.
 """
 
 from __future__ import annotations
