@@ -3,11 +3,13 @@ python3 that sees only the standard library (``-I -S``: no PYTHONPATH, no site-p
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +43,17 @@ def run_tool(script: Path, root: Path, *args: str) -> subprocess.CompletedProces
         env={**os.environ, "GPU_SIM_ROOT": str(root)},
         capture_output=True, text=True, timeout=30, check=False,
     )
+
+
+def write_node(root: Path, profile: dict[str, Any], driver: str, cuda: str) -> None:
+    """The files a simulated node's tools read: its profile, no faults, the installed driver
+    and CUDA versions."""
+    (root / "etc/gpu-sim").mkdir(parents=True, exist_ok=True)
+    (root / "etc/gpu-sim/profile.json").write_text(json.dumps(profile))
+    (root / "etc/gpu-sim/faults").write_text("")
+    (root / "usr/lib/gpu-sim").mkdir(parents=True, exist_ok=True)
+    (root / "usr/lib/gpu-sim/driver-version").write_text(f"{driver}\n")
+    (root / "usr/lib/gpu-sim/cuda-version").write_text(f"{cuda}\n")
 
 
 def write_faults(root: Path, *faults: str) -> None:

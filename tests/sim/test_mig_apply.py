@@ -17,7 +17,7 @@ import pytest
 
 from provisioner.profiles import load_profiles
 from provisioner.sim.tools.node import mig_minor
-from tests.sim.conftest import Bundled, run_tool
+from tests.sim.conftest import Bundled, run_tool, write_node
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
@@ -35,11 +35,7 @@ class H100:
     def __init__(self, root: Path, bundled: Bundled) -> None:
         self.root, self.tool = root, bundled("nvidia_smi")
         profile = dict(load_profiles()["sim-h100-8gpu"].sim_json(), hostname="sim-gpu-2")
-        (root / "etc/gpu-sim").mkdir(parents=True)
-        (root / "etc/gpu-sim/profile.json").write_text(json.dumps(profile))
-        (root / "usr/lib/gpu-sim").mkdir(parents=True)
-        (root / "usr/lib/gpu-sim/driver-version").write_text("580.159.04\n")
-        (root / "usr/lib/gpu-sim/cuda-version").write_text("13.0\n")
+        write_node(root, profile, "580.159.04", "13.0")
         self.proc = root / "proc"
         (self.proc / "driver/nvidia-caps").mkdir(parents=True)
         (self.proc / "devices").write_text("195 nvidia\n508 nvidia-caps\n")

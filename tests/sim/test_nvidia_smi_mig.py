@@ -8,7 +8,6 @@ A100 captures (../shared/captures, compared when present), and public sessions c
 from __future__ import annotations
 
 import csv
-import json
 import re
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from provisioner.sim.tools.node import (
     mig_minor,
 )
 from tests.conftest import CAPTURES
-from tests.sim.conftest import Bundled, run_tool
+from tests.sim.conftest import Bundled, run_tool, write_node
 from tests.sim.test_module_banner import run_load_lines
 from tests.sim.test_sim_vs_captures import differences, shape
 
@@ -76,12 +75,7 @@ class Node:
                  driver: str = "590.48.01") -> None:
         self.root = root
         self.bundled = bundled
-        (root / "etc/gpu-sim").mkdir(parents=True, exist_ok=True)
-        (root / "etc/gpu-sim/profile.json").write_text(json.dumps(profile))
-        (root / "etc/gpu-sim/faults").write_text("")
-        (root / "usr/lib/gpu-sim").mkdir(parents=True, exist_ok=True)
-        (root / "usr/lib/gpu-sim/driver-version").write_text(f"{driver}\n")
-        (root / "usr/lib/gpu-sim/cuda-version").write_text("13.1\n")
+        write_node(root, profile, driver, "13.1")
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return run_tool(self.bundled("nvidia_smi"), self.root, *args)

@@ -8,7 +8,6 @@ see. Skipped when the captures are absent (one summary line says how many: tests
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -27,7 +26,7 @@ from gpucluster.validate import ib_from_ibstat
 from provisioner.profiles import load_profiles
 from provisioner.sim.sysfs import MARKER_NAME, write_ib_sysfs
 from tests.conftest import CAPTURES
-from tests.sim.conftest import Bundled, run_tool
+from tests.sim.conftest import Bundled, run_tool, write_node
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "sim_vs_capture"
@@ -94,12 +93,7 @@ def differences(sim: Any, real: Any, path: str = "") -> list[str]:
 def node(root: Path, profile: str, driver: str = "550.54.15") -> dict[str, Any]:
     data = load_profiles()[profile].sim_json()
     data["hostname"] = "sim-node-1"
-    (root / "etc/gpu-sim").mkdir(parents=True, exist_ok=True)
-    (root / "etc/gpu-sim/profile.json").write_text(json.dumps(data))
-    (root / "etc/gpu-sim/faults").write_text("")
-    (root / "usr/lib/gpu-sim").mkdir(parents=True, exist_ok=True)
-    (root / "usr/lib/gpu-sim/driver-version").write_text(f"{driver}\n")
-    (root / "usr/lib/gpu-sim/cuda-version").write_text("12.4\n")
+    write_node(root, data, driver, "12.4")
     return data
 
 
