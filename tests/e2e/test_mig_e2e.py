@@ -92,7 +92,7 @@ def test_up_applies_the_layout_and_validate_judges_it(mig_cluster: tuple[Path, d
     # The role's own account in the report: the layout and each MIG device with its files.
     published = report["hosts"][NODE]["facts"]["gpu_mig"]
     assert published["layout"][:2] == [GPU0, ["7g.80gb"]] and published["applied"] is True
-    assert sorted(d["name"] for d in published["devices"]) == sorted(GPU0 + ["7g.80gb"])
+    assert sorted(d["name"] for d in published["devices"]) == sorted([*GPU0, "7g.80gb"])
     dcgm = checks.get((NODE, "dcgm_diag"))
     assert dcgm is not None and dcgm["status"] == "skip", dcgm
     assert "MIG is on (GPU 0, 1)" in dcgm["detail"], dcgm
