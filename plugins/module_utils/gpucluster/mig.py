@@ -47,38 +47,36 @@ _PENDING = re.compile(r"MIG mode is in pending (enable|disable) state", re.I)
 CAPS_DIR = "/dev/nvidia-caps"
 
 
+def _rows(text, pattern):
+    """The match groups of every line of ``text`` (stripped) that ``pattern`` matches."""
+    for line in (text or "").splitlines():
+        match = pattern.match(line.strip())
+        if match:
+            yield match.groups()
+
+
 def parse_lgi(text):
     """{gpu index: [{name, profile_id, gi, start, size}, ...]} from `nvidia-smi mig -lgi`."""
     out = {}
-    for line in (text or "").splitlines():
-        match = _LGI_ROW.match(line.strip())
-        if match:
-            gpu, name, profile_id, gi, start, size = match.groups()
-            out.setdefault(int(gpu), []).append({
-                "name": name, "profile_id": int(profile_id), "gi": int(gi),
-                "start": int(start), "size": int(size)})
+    for gpu, name, profile_id, gi, start, size in _rows(text, _LGI_ROW):
+        out.setdefault(int(gpu), []).append({
+            "name": name, "profile_id": int(profile_id), "gi": int(gi),
+            "start": int(start), "size": int(size)})
     return out
 
 
 def parse_lci(text):
     """{(gpu, gi): [ci, ...]} from `nvidia-smi mig -lci`."""
     out = {}
-    for line in (text or "").splitlines():
-        match = _LCI_ROW.match(line.strip())
-        if match:
-            gpu, gi, _name, _profile_id, ci = match.groups()[:5]
-            out.setdefault((int(gpu), int(gi)), []).append(int(ci))
+    for groups in _rows(text, _LCI_ROW):
+        gpu, gi, _name, _profile_id, ci = groups[:5]
+        out.setdefault((int(gpu), int(gi)), []).append(int(ci))
     return out
 
 
 def parse_mig_minors(text):
     """{"gpu0/gi1/access": 12, ...} from /proc/driver/nvidia-caps/mig-minors."""
-    out = {}
-    for line in (text or "").splitlines():
-        match = _MINOR_LINE.match(line.strip())
-        if match:
-            out[match.group(1)] = int(match.group(2))
-    return out
+    return dict((key, int(minor)) for key, minor in _rows(text, _MINOR_LINE))
 
 
 def caps_major(proc_devices):
