@@ -30,6 +30,7 @@ from provisioner.paths import cache_dir
 from provisioner.sim import podman
 from provisioner.sim.bundle import tool_script
 from provisioner.sim.faults import (
+    HEADERS_CONFIG,
     KERNEL_FILES,
     LINK_RATE_FILE,
     MIRROR_FAULTS,
@@ -525,6 +526,8 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         # the driver role's DKMS path have something to find.
         (hdr, None, 0o755),
         (f"{hdr}/SIMULATED", SIM_MARKER, 0o644),
+        # Its config's module signing lines: dkms signs with CONFIG_MODULE_SIG_HASH.
+        (f"{hdr}/.config", HEADERS_CONFIG, 0o644),
         (f"lib/modules/{kernel}", None, 0o755),
         (f"lib/modules/{kernel}/build", f"/{hdr}".encode(), -1),
         # The running kernel's image, where Debian, Ubuntu and RHEL keep it.

@@ -40,6 +40,13 @@ MIRROR_FAULTS = "/etc/gpu-sim-mirror/faults"
 # What the kernel faults put on the node (K2: newer_kernel of the running one), and what a node
 # without them must not have.
 KERNEL_FILES = ("/boot/vmlinuz-K2", "/lib/modules/K2", "/usr/src/linux-headers-K2")
+# The module signing lines of the kernel config the simulated headers carry (``build/.config``,
+# what dkms reads CONFIG_MODULE_SIG_HASH from before it signs a module; tools/dkms.py). Debian
+# 12's and RHEL 9's kernels sign modules with SHA-256 (CONFIG_MODULE_SIG_SHA256; unconfirmed
+# here for every kernel flavour).
+HEADERS_CONFIG = (b"# SIMULATED kernel config (gpu-cluster-provisioner): module signing only\n"
+                  b"CONFIG_MODULE_SIG=y\nCONFIG_MODULE_SIG_ALL=y\nCONFIG_MODULE_SIG_SHA256=y\n"
+                  b'CONFIG_MODULE_SIG_HASH="sha256"\n')
 # Every simulated node's interface has a line rate, as a real NIC has: a token bucket (tc tbf) on
 # its eth0, so what a pair of nodes measures is set by the network and not by how busy this
 # machine's CPUs are (unshaped, two containers on a loaded 2-core machine measured anywhere from
@@ -336,6 +343,7 @@ def kernel_files(faults: Iterable[Fault], kernel: str) -> list[tuple[str, bytes 
     if "kernel-newer-unbuilt" in keys:
         hdr = f"usr/src/linux-headers-{newer}"
         out += [(hdr, None, 0o755), (f"{hdr}/SIMULATED", marker, 0o644),
+                (f"{hdr}/.config", HEADERS_CONFIG, 0o644),
                 (f"lib/modules/{newer}/build", f"/{hdr}".encode(), -1)]
     return out
 

@@ -28,6 +28,7 @@ from provisioner.sim.mirror import (
     ensure_signing_key,
     simulated_driver_package,
 )
+from provisioner.sim.tools.kmodule import NVIDIA_MODULES
 from provisioner.sim.tools.node import MODULE_VERSION_FILE, load_module_sh
 
 CTK_REPO = "libnvidia-container/stable/deb/amd64"
@@ -101,11 +102,14 @@ def _driver_module(name: str, version: str, flavor: str | None) -> SimPackage:
     # The kernel module's DKMS source, registered and built at install for every kernel
     # whose headers are there (as the DKMS helper scripts of Debian's dh_dkms and the
     # kmod-*-dkms rpms do), unregistered before removal. The simulated dkms
-    # (provisioner.sim.tools.dkms) builds nothing: it records, as the real one does.
+    # (provisioner.sim.tools.dkms) compiles nothing: it installs a module file per
+    # BUILT_MODULE_NAME that modinfo reads, signed as the real tool would sign it.
     return SimPackage(name=name, version=version, files={
         f"/usr/src/nvidia-{up}/SIMULATED": "simulated kernel module sources\n",
         f"/usr/src/nvidia-{up}/dkms.conf":
-            f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n',
+            f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{up}"\nAUTOINSTALL="yes"\n'
+            + "".join(f'BUILT_MODULE_NAME[{i}]="{name}"\n'
+                      for i, name in enumerate(NVIDIA_MODULES)),
         "/usr/lib/gpu-sim/module-flavor": f"{flavor}\n",
     }, postinst=_banner_if_loaded(up) + _DKMS_POSTINST.format(version=up),
         prerm=_DKMS_PRERM.format(version=up),

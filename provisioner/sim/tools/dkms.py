@@ -10,7 +10,10 @@ so what reads them cannot tell the difference:
 - ``build``/``install`` for a kernel: needs that kernel's headers at ``/lib/modules/<k>/build``
   (the real tool compiles against them); the built module goes to
   ``/var/lib/dkms/<module>/<version>/<k>/<arch>/module/`` and, installed, to
-  ``/lib/modules/<k>/updates/dkms/`` (nothing is compiled: the ``.ko`` is a text stand-in);
+  ``/lib/modules/<k>/updates/dkms/``, one ``.ko`` per ``BUILT_MODULE_NAME[i]`` of its
+  ``dkms.conf`` (the module's own name when it names none). Nothing is compiled: each ``.ko`` is
+  a minimal ELF object whose ``.modinfo`` the node's real ``modinfo`` reads (``kmodule.py``),
+  signed as the real tool signs it (below);
 - ``autoinstall [-k K]``: every added module whose ``dkms.conf`` says ``AUTOINSTALL="yes"``,
   installed for K (default: the running kernel), as the kernel's install hook runs it;
 - ``status``: one line per module, version and kernel, as dkms 3 prints them
@@ -18,6 +21,29 @@ so what reads them cannot tell the difference:
 - ``remove <module>/<version> --all`` (or ``-k K``), as a package's prerm runs it.
 
 Modules and versions are given as ``-m M -v V`` or ``M/V``, as the real tool accepts them.
+
+Module signing follows the real tool's ``prepare_signing`` (dell/dkms, dkms.in): the stand-in
+plays the kernel's ``sign-file`` too (the real one comes with the kernel headers: Debian's
+linux-kbuild, ``/lib/modules/<k>/build/scripts/sign-file``), signing with the node's real
+``openssl`` (``kmodule.sign``).
+
+- dkms 3.0.11 and later (Ubuntu 24.04, EPEL 9) sign only when the kernel's config
+  (``/lib/modules/<k>/build/.config``) has ``CONFIG_MODULE_SIG_HASH``, with that hash (dell/dkms
+  @ c2b29f1, "dkms: skip module signing when hash is unknown", first in v3.0.11); 3.0.10
+  (Debian 12) signs with that hash, or sha512 without a config (dell/dkms v3.0.10 @ 3f72c9b,
+  dkms.in prepare_signing).
+- Ubuntu: the key of shim-signed's update-secureboot-policy, ``/var/lib/shim-signed/mok/
+  MOK.priv`` and ``MOK.der``; when either is missing the real tool makes them with
+  update-secureboot-policy, which a node without shim-signed lacks, so nothing is signed
+  ("Binary update-secureboot-policy not found, modules won't be signed"; dell/dkms @ 793fdab,
+  dkms.in prepare_mok). Ubuntu 22.04's dkms 2.8.7 signs with kmodsign and the same two files,
+  sha512 (dell/dkms v2.8.7 @ 5c5d557, dkms sign_build); here when both files exist.
+- Every other OS (Debian, EL): ``/var/lib/dkms/mok.key`` and ``mok.pub``, a self-signed pair
+  generated when either is missing (``openssl req -new -x509 -nodes -days 36500 -subj
+  "/CN=DKMS module signing key" -newkey rsa:2048``, with ``-addext
+  extendedKeyUsage=codeSigning`` from v3.1.8: dell/dkms v3.0.10 prepare_signing, @ 793fdab
+  prepare_mok). So a Debian 12 node's modules are signed whether or not Secure Boot is on, as
+  with the real tool.
 
 The version each OS ships is imitated (``dkms --version``, and what it exits with when a
 kernel's headers are missing): dell/dkms exits 21 for missing headers from v3.1.5 (commit
@@ -32,7 +58,14 @@ import re
 import shutil
 import sys
 
-from provisioner.sim.tools.node import read_text, sim_path
+from provisioner.sim.tools.kmodule import (
+    SigningError,
+    elf_module,
+    generate_key,
+    modinfo_strings,
+    sign,
+)
+from provisioner.sim.tools.node import MODULE_FLAVOR_FILE, read_text, sim_path
 
 TREE = "/var/lib/dkms"
 SOURCES = "/usr/src"
@@ -45,6 +78,14 @@ ARCH = "x86_64"
 _SHIPPED = {("debian", "12"): "3.0.10", ("ubuntu", "22.04"): "2.8.7",
             ("ubuntu", "24.04"): "3.0.11", ("rocky", "9"): "3.3.0", ("rhel", "9"): "3.3.0"}
 _MISSING_HEADERS_21_FROM = (3, 1, 5)
+
+
+def _os_id() -> str:
+    for line in (read_text("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "ID":
+            return value.strip().strip('"')
+    return ""
 
 
 def shipped_version() -> str:
@@ -83,14 +124,19 @@ class DkmsError(Exception):
         self.code = code
 
 
-def _node_dir(path: str) -> bool:
-    """Whether node path ``path`` is a directory, an absolute symlink resolved on the node."""
+def _node_local(path: str) -> str:
+    """The local path of node path ``path``, an absolute symlink resolved on the node."""
     local = sim_path(path)
     if os.path.islink(local):
         target = os.readlink(local)
         local = sim_path(target) if target.startswith("/") else os.path.join(
             os.path.dirname(local), target)
-    return os.path.isdir(local)
+    return local
+
+
+def _node_dir(path: str) -> bool:
+    """Whether node path ``path`` is a directory, an absolute symlink resolved on the node."""
+    return os.path.isdir(_node_local(path))
 
 
 def _headers(kernel: str) -> bool:
@@ -102,18 +148,80 @@ def _added() -> list[tuple[str, str]]:
     out = []
     root = sim_path(TREE)
     for module in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not os.path.isdir(os.path.join(root, module)):
+            continue  # the signing key pair (mok.key, mok.pub) lives here too
         for version in sorted(os.listdir(os.path.join(root, module))):
             if os.path.lexists(os.path.join(root, module, version, "source")):
                 out.append((module, version))
     return out
 
 
-def _installed_ko(module: str, kernel: str) -> str:
-    return sim_path(f"{MODULES}/{kernel}/updates/dkms/{module}.ko")
+def _installed_ko(name: str, kernel: str) -> str:
+    return sim_path(f"{MODULES}/{kernel}/updates/dkms/{name}.ko")
 
 
 def _built_dir(module: str, version: str, kernel: str) -> str:
     return sim_path(f"{TREE}/{module}/{version}/{kernel}/{ARCH}")
+
+
+def _built_names(module: str, version: str) -> list[str]:
+    """The kernel modules ``dkms.conf`` says the package builds (BUILT_MODULE_NAME[i], in
+    index order); the package's own name when it names none."""
+    text = read_text(f"{SOURCES}/{module}-{version}/dkms.conf") or ""
+    found = sorted((int(i), name) for i, name in re.findall(
+        r'^BUILT_MODULE_NAME\[(\d+)\]="?([^"\s]+)"?\s*$', text, re.M))
+    return [name for _, name in found] or [module]
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version))
+
+
+def _sign_hash(kernel: str, version: str) -> str | None:
+    """The hash the real tool signs with for ``kernel``, None when it would not sign."""
+    config = f"{MODULES}/{kernel}/build/.config"
+    try:
+        with open(os.path.join(_node_local(f"{MODULES}/{kernel}/build"), ".config"),
+                  encoding="utf-8") as fh:
+            text: str | None = fh.read()
+    except OSError:
+        text = None
+    match = re.search(r'^CONFIG_MODULE_SIG_HASH="?([^"\s]+)"?', text or "", re.M)
+    if match:
+        return match.group(1)
+    if _version_tuple(version) < (3, 0, 11):
+        return "sha512"
+    print(f"Kernel config {config} not found, modules won't be signed" if text is None else
+          "The kernel is built without module signing facility, modules won't be signed")
+    return None
+
+
+def _signing(kernel: str) -> tuple[str, str, str] | None:
+    """(key, certificate, hash) the real tool would sign ``kernel``'s modules with, the pair
+    generated where it would generate one; None when it would not sign."""
+    version = shipped_version()
+    sign_hash = _sign_hash(kernel, version)
+    if sign_hash is None:
+        return None
+    if _os_id() == "ubuntu":
+        key, cert = "/var/lib/shim-signed/mok/MOK.priv", "/var/lib/shim-signed/mok/MOK.der"
+        if not (os.path.isfile(sim_path(key)) and os.path.isfile(sim_path(cert))):
+            if not version.startswith("2."):
+                print("Binary update-secureboot-policy not found, modules won't be signed")
+            return None
+        return key, cert, "sha512" if version.startswith("2.") else sign_hash
+    key, cert = f"{TREE}/mok.key", f"{TREE}/mok.pub"
+    print(f"Signing key: {key}\nPublic certificate (MOK): {cert}")
+    if not (os.path.isfile(sim_path(key)) and os.path.isfile(sim_path(cert))):
+        print("Certificate or key are missing, generating self signed certificate for MOK...")
+        os.makedirs(os.path.dirname(sim_path(key)), exist_ok=True)
+        try:
+            generate_key(sim_path(key), sim_path(cert), "/CN=DKMS module signing key",
+                         code_signing=_version_tuple(version) >= (3, 1, 8))
+        except (SigningError, OSError):
+            print(f"Key file {key} not found and can't be generated, modules won't be signed")
+            return None
+    return key, cert, sign_hash
 
 
 def add(module: str, version: str) -> None:
@@ -137,14 +245,26 @@ def install(module: str, version: str, kernel: str) -> None:
         raise _headers_error(kernel)
     built = _built_dir(module, version, kernel)
     os.makedirs(os.path.join(built, "module"), exist_ok=True)
-    text = f"SIMULATED {module} {version} for {kernel}\n"
-    with open(os.path.join(built, "module", f"{module}.ko"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    target = _installed_ko(module, kernel)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"Building module(s)... done.\nInstalling /lib/modules/{kernel}/updates/dkms/{module}.ko")
+    flavor = (read_text(MODULE_FLAVOR_FILE) or "open").strip() or "open"
+    signing = _signing(kernel)
+    print("Building module(s)... done.")
+    for name in _built_names(module, version):
+        data = elf_module(modinfo_strings(name, version, kernel, flavor))
+        built_ko = os.path.join(built, "module", f"{name}.ko")
+        if signing is not None:
+            key, cert, sign_hash = signing
+            print(f"Signing module {TREE}/{module}/{version}/{kernel}/{ARCH}/module/{name}.ko")
+            try:
+                data = sign(data, sim_path(key), sim_path(cert), sign_hash)
+            except SigningError as exc:
+                raise DkmsError(f"Failed to sign module {name}.ko: {exc}", 1) from exc
+        with open(built_ko, "wb") as fh:
+            fh.write(data)
+        target = _installed_ko(name, kernel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(data)
+        print(f"Installing /lib/modules/{kernel}/updates/dkms/{name}.ko")
 
 
 def _autoinstall_wanted(module: str, version: str) -> bool:
@@ -164,14 +284,22 @@ def autoinstall(kernel: str) -> None:
 
 
 def _state(module: str, version: str, kernel: str) -> str | None:
+    """installed (every module built for ``kernel`` is the one in place), built, or None."""
+    built = os.path.join(_built_dir(module, version, kernel), "module")
     if not os.path.isdir(_built_dir(module, version, kernel)):
         return None
+    names = [f[:-3] for f in sorted(os.listdir(built)) if f.endswith(".ko")] if os.path.isdir(
+        built) else []
+    return "installed" if names and all(_same(os.path.join(built, f"{n}.ko"),
+                                              _installed_ko(n, kernel)) for n in names) else "built"
+
+
+def _same(built: str, installed: str) -> bool:
     try:
-        with open(_installed_ko(module, kernel), encoding="utf-8") as fh:
-            mine = fh.read() == f"SIMULATED {module} {version} for {kernel}\n"
+        with open(built, "rb") as a, open(installed, "rb") as b:
+            return a.read() == b.read()
     except OSError:
-        mine = False
-    return "installed" if mine else "built"
+        return False
 
 
 def status(module: str | None, version: str | None, kernel: str | None) -> list[str]:
@@ -197,8 +325,10 @@ def remove(module: str, version: str, kernel: str | None) -> None:
     tree = sim_path(f"{TREE}/{module}/{version}")
     kernels = [k for k in os.listdir(tree) if k != "source" and (kernel is None or k == kernel)]
     for k in kernels:
-        if _state(module, version, k) == "installed":
-            os.remove(_installed_ko(module, k))
+        built = os.path.join(_built_dir(module, version, k), "module")
+        for ko in sorted(os.listdir(built)) if os.path.isdir(built) else []:
+            if _same(os.path.join(built, ko), _installed_ko(ko[:-3], k)):
+                os.remove(_installed_ko(ko[:-3], k))
         shutil.rmtree(os.path.join(tree, k))
         print(f"Module {module}/{version} for kernel {k} ({ARCH}): removed.")
     if kernel is None:
