@@ -676,9 +676,11 @@ def sim_inventory_vars() -> dict[str, Any]:
 # container has its own cgroup tree, and the host kernel's device rules decide which GPU files a
 # job opens (this host's kernel mounts cgroup v1, so Slurm's autodetect takes its cgroup/v1
 # plugin there, where a cgroup v2 node takes cgroup/v2 from the same cgroup.conf). Its slurmd has
-# no NVML: gres.conf lists the device files the simulator makes.
+# no NVML: gres.conf lists the device files the simulator makes. Slurm's containers run with
+# Debian's crun inside the node (rootless, as the job's user), as on a real node.
 SIM_SLURM_VARS: dict[str, Any] = {
     "slurm_node_gres_autodetect": False,
+    "slurm_node_oci_runtime": "crun",
 }
 
 
