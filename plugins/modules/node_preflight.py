@@ -52,6 +52,12 @@ options:
     type: list
     elements: str
     default: []
+  efivars_root:
+    description: Where the EFI variables are read (efivarfs); Secure Boot is the
+      C(SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c) variable there (4 attribute bytes, then
+      its value). A missing directory means a machine without EFI.
+    type: path
+    default: /sys/firmware/efi/efivars
   pci_sysfs_root:
     description: Where the PCI functions are listed (their C(vendor), C(device), C(class)
       files), what lspci itself reads; the GPUs are counted there, and with C(lspci -nn) only
@@ -91,6 +97,10 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.modsign import (
+    SECURE_BOOT_VAR,
+    secure_boot_state,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.preflight import (
     evaluate,
     failed,
@@ -101,8 +111,6 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     parse_nft_filtering,
     parse_pci_sysfs,
 )
-
-_SB_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
 def read_os_release():
@@ -155,15 +163,15 @@ def disk(paths):
     return out
 
 
-def secure_boot():
-    if not os.path.isdir("/sys/firmware/efi"):
+def secure_boot(efivars_root):
+    """enabled, disabled, not-efi (no EFI variables: the directory is missing) or unknown."""
+    if not os.path.isdir(efivars_root):
         return "not-efi"
     try:
-        with open(_SB_VAR, "rb") as fh:
-            data = fh.read()
+        with open(os.path.join(efivars_root, SECURE_BOOT_VAR), "rb") as fh:
+            return secure_boot_state(fh.read())
     except OSError:
         return "unknown"
-    return "enabled" if data[-1:] == b"\x01" else "disabled"
 
 
 def _read_pci_sysfs(root):
@@ -260,6 +268,7 @@ def main():
             secure_boot_ok=dict(type="bool", default=False),
             cluster_ports=dict(type="list", elements="str", default=[]),
             pci_sysfs_root=dict(type="str", default="/sys/bus/pci/devices"),
+            efivars_root=dict(type="path", default="/sys/firmware/efi/efivars"),
         ),
         supports_check_mode=True,
     )
@@ -272,7 +281,7 @@ def main():
         "os_id": os_id, "os_version": version, "os_dir": os_dir(os_id, version),
         "architecture": platform.machine(),
         "kernel": kernel, "kernel_headers": kernel_headers(module, kernel),
-        "disk": disk(p["disk_paths"]), "secure_boot": secure_boot(),
+        "disk": disk(p["disk_paths"]), "secure_boot": secure_boot(p["efivars_root"]),
         "pci_devices": devices, "pci_source": source, "time_sync": time_sync(module),
         "host_firewall": host_firewall(module),
     }

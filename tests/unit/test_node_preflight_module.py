@@ -402,6 +402,28 @@ def test_secure_boot_blocks_the_driver_unless_a_key_is_enrolled(
         assert result["failed_checks"] == ["secure_boot"]
 
 
+@pytest.mark.parametrize(("value", "state", "status"), [
+    (b"\x06\x00\x00\x00\x01", "enabled", "fail"),
+    (b"\x06\x00\x00\x00\x00", "disabled", "pass"),
+    (None, "not-efi", "pass"),
+], ids=["enabled", "disabled", "no-directory"])
+def test_secure_boot_is_read_under_efivars_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                value: bytes | None, state: str,
+                                                status: str) -> None:
+    """The variable is read where efivars_root says, not at the kernel's path: the kernel's
+    efivarfs here says the opposite, and is not read."""
+    node = Node(tmp_path, replies())
+    node.os_release(DEBIAN_12)
+    node.headers_built()
+    node.secure_boot(b"\x06\x00\x00\x00\x00" if value and value[4] else b"\x06\x00\x00\x00\x01")
+    root = "/var/lib/stand-in/efivars"
+    if value is not None:
+        node.file(f"{root}/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c", value)
+    result = run(monkeypatch, node, supported_os=SUPPORTED, efivars_root=root)
+    assert result["preflight"]["secure_boot"] == state
+    assert by_name(result)["secure_boot"]["status"] == status
+
+
 # --- NVIDIA devices on the PCI bus ---
 
 def test_a_cpu_node_does_not_look_for_gpus(monkeypatch: pytest.MonkeyPatch, node: Node) -> None:
