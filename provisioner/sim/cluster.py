@@ -57,11 +57,16 @@ from provisioner.sim.sysfs import write_ib_sysfs, write_net_sysfs, write_pci_sys
 from provisioner.sim.tools import mirror_server
 from provisioner.sim.tools.node import (
     DRIVER_VERSION_FILE,
+    EFI_ATTR_BS_RT,
+    EFIVARS,
     FAULTS_FILE,
     HGX_BUS_NUMBERS,
     MODULE_VERSION_FILE,
     PROC_VERSION_FILE,
+    SHIM_LOCK_GUID,
+    efivar_path,
     load_module_sh,
+    secure_boot_vars,
 )
 
 NETWORK = "gpuc-sim"
@@ -182,7 +187,8 @@ def _stopped_if_same_shape(spec: SimSpec) -> list[str] | None:
 NODE_RUNTIME = 6
 
 # What a fault changes on a node (faults.FaultKind.node_files), rewritten by apply_faults.
-FAULT_FILES = ("etc/gpu-sim/faults",)
+FAULT_FILES = ("etc/gpu-sim/faults",
+               *(path.lstrip("/") for path, _ in secure_boot_vars(False)))
 
 
 def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) -> None:
@@ -546,6 +552,13 @@ def sim_files(group: str, profile_json: Mapping[str, Any], faults: Iterable[str]
         ("etc/systemd/system/ssh.service.d", None, 0o755),
         ("etc/systemd/system/ssh.service.d/gpu-sim-fault.conf", SSH_FAULT_DROPIN.encode(),
          0o644),
+        # The EFI variables a real node's efivarfs shows (Secure Boot on with the secure-boot
+        # fault) and shim's mokutil answering from them, first on PATH.
+        ("var/lib/gpu-sim", None, 0o755),
+        (EFIVARS.lstrip("/"), None, 0o755),
+        *((path.lstrip("/"), data, 0o644) for path, data in secure_boot_vars(
+            has_fault(parse_faults(faults), "secure-boot"))),
+        ("usr/local/bin/mokutil", tool_script("mokutil"), 0o755),
     ]
     if group == "gpu_nodes":
         out += _gpu_node_files(profile_json, faults, kernel)
@@ -631,6 +644,8 @@ SIM_NET_SYSFS = NET_SYSFS
 # The loaded module's version (tools/node.py MODULE_VERSION_FILE): written by the driver
 # package's install and by every boot (gpu-sim-boot), read as /sys/module/nvidia/version.
 SIM_DRIVER_VERSION_FILE = MODULE_VERSION_FILE
+# The node's EFI variables (tools/node.py EFIVARS), where efivarfs keeps them on a real node.
+SIM_EFIVARS = EFIVARS
 # The stand-in /proc of the NVIDIA driver's files (tools/node.py PROC_VERSION_FILE and the MIG
 # capability minors beside it).
 SIM_PROC_ROOT = PROC_VERSION_FILE.split("/driver/", 1)[0]
@@ -661,6 +676,8 @@ def sim_inventory_vars() -> dict[str, Any]:
         "rdma_ib_sysfs_root": SIM_IB_SYSFS,
         "gpu_validate_pci_sysfs_root": SIM_PCI_SYSFS,
         "preflight_pci_sysfs_root": SIM_PCI_SYSFS,
+        "preflight_efivars_root": SIM_EFIVARS,
+        "nvidia_driver_efivars_root": SIM_EFIVARS,
         "gpu_validate_kernel_log": SIM_KERNEL_LOG,
         "node_health_ib_sysfs_root": SIM_IB_SYSFS,
         "node_health_pci_sysfs_root": SIM_PCI_SYSFS,
@@ -715,6 +732,11 @@ WantedBy=sysinit.target
 # Set at boot when the node has the reboot-no-return fault: its sshd does not start.
 NO_SSH_FLAG = "/run/gpu-sim/no-sshd"
 BOOTED_FLAG = "/var/lib/gpu-sim/booted"
+def _octal(data: bytes) -> str:
+    """``data`` as printf(1) octal escapes."""
+    return "".join(f"\\{byte:03o}" for byte in data)
+
+
 BOOT_SCRIPT = f"""\
 #!/bin/sh
 # SIMULATED node (gpu-cluster-provisioner): run at every start of the container.
@@ -733,6 +755,15 @@ if [ -e {BOOTED_FLAG} ] && grep -qx reboot-no-return {FAULTS_FILE} 2>/dev/null; 
   touch {NO_SSH_FLAG}
 fi
 touch {BOOTED_FLAG}
+# mok-enrolled (provisioner/sim/faults.py): shim's MokManager found an enrolment request (MokNew)
+# and a person confirmed it at the console: its keys join the MOK list (MokListRT, attributes
+# then the EFI_SIGNATURE_LISTs). Without the fault the request stays pending.
+request={efivar_path("MokNew", SHIM_LOCK_GUID)}
+if [ -s "$request" ] && grep -qx mok-enrolled {FAULTS_FILE} 2>/dev/null; then
+  list={efivar_path("MokListRT", SHIM_LOCK_GUID)}
+  {{ if [ -s "$list" ]; then cat "$list"; else printf '{_octal(EFI_ATTR_BS_RT)}'; fi
+    tail -c +5 "$request"; }} > "$list.new" && mv "$list.new" "$list" && rm -f "$request"
+fi
 # The line rate of the node's interface (provisioner/sim/faults.py), or a slow fault's: a
 # restarted container gets a new network namespace, without the token bucket.
 if [ -s {LINK_RATE_FILE} ]; then

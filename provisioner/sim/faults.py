@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from provisioner.errors import InputError
-from provisioner.sim.tools.node import FAULTS_FILE, IB_SYSFS, KERNEL_LOG, PCI_SYSFS, gpu_bus
+from provisioner.sim.tools.node import (
+    EFI_GLOBAL_GUID,
+    FAULTS_FILE,
+    IB_SYSFS,
+    KERNEL_LOG,
+    PCI_SYSFS,
+    efivar_path,
+    gpu_bus,
+)
 
 Target = Literal["gpu", "hca", "node", "mirror"]
 # The package mirror's fault file, on the controller under the simulation's state directory,
@@ -191,6 +199,19 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               "the node does not come back from its next reboot: it hangs before sshd starts "
               "(sim up without the fault starts its sshd again)", (FAULTS_FILE,),
               ("the node's boot (gpu-sim-boot)",)),
+    # Secure Boot on: the node's SecureBoot EFI variable says 1 (node_preflight reads it, and
+    # the driver role's module signature check; mokutil --sb-state answers from it).
+    FaultKind("secure-boot", "secure-boot", r"secure-boot", "node",
+              "Secure Boot is on: the node's SecureBoot EFI variable is 1 (mokutil --sb-state "
+              "says SecureBoot enabled), so every NVIDIA module must be signed by an enrolled "
+              "key", (efivar_path("SecureBoot", EFI_GLOBAL_GUID),), ("EFI variables", "mokutil")),
+    # The one step of a MOK enrolment no program can take: a person confirming it at the
+    # MokManager console during the boot after `mokutil --import`.
+    FaultKind("mok-enrolled", "mok-enrolled", r"mok-enrolled", "node",
+              "at the node's next boot a person confirms the pending MOK enrolment request "
+              "(mokutil --import) at the MokManager console: its keys join the MOK list; "
+              "without it a request stays pending", (FAULTS_FILE,),
+              ("the node's boot (gpu-sim-boot)", "mokutil")),
     FaultKind("kernel-newer-unbuilt", "kernel-newer-unbuilt", r"kernel-newer-unbuilt", "node",
               "a newer kernel is installed (not booted) with its headers, and no NVIDIA "
               "module was built for it (its DKMS hook failed)", KERNEL_FILES, ("dkms",)),

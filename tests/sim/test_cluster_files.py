@@ -241,11 +241,18 @@ def test_faults_are_injected_into_running_nodes_and_healed(
     assert parse_xid(faulty["sim-gpu-1"][log].decode()) == []
     state = f"{cluster_mod.SIM_IB_SYSFS.lstrip('/')}/mlx5_1/ports/1/state"
     assert b"DOWN" in faulty["sim-gpu-2"][state] and b"ACTIVE" in faulty["sim-gpu-1"][state]
-    # Only fault-carrying files travel: no profile, no stand-in tool, no device script.
+    # Only fault-carrying files travel: no profile, no stand-in tool, no device script; of the
+    # EFI variables the Secure Boot ones, never the MOK list or a pending request.
+    secure_boot = "var/lib/gpu-sim/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
     assert all(p in (log, "etc/gpu-sim/faults") or p.startswith("var/lib/gpu-sim/sysfs/")
-               for p in faulty["sim-gpu-2"])
+               or p.startswith("var/lib/gpu-sim/efivars/S") for p in faulty["sim-gpu-2"])
+    assert faulty["sim-gpu-2"][secure_boot] == b"\x06\x00\x00\x00\x00"
+    on = pushed(SimSpec(faults=("sim-gpu-2:secure-boot",)))
+    assert on["sim-gpu-2"][secure_boot] == b"\x06\x00\x00\x00\x01"
+    assert on["sim-gpu-1"][secure_boot] == b"\x06\x00\x00\x00\x00"
     healed = pushed(SimSpec())
     assert healed["sim-gpu-2"]["etc/gpu-sim/faults"] == b""
+    assert healed["sim-gpu-2"][secure_boot] == b"\x06\x00\x00\x00\x00"
     assert b"ACTIVE" in healed["sim-gpu-2"][state]
     assert parse_xid(healed["sim-gpu-2"][log].decode()) == []
     # A newer kernel installed but not booted: its image and module directory, its headers

@@ -52,6 +52,8 @@ EXAMPLES = {
     "kernel-newer-unbuilt": ("kernel-newer-unbuilt", {}),
     "kernel-newer-no-headers": ("kernel-newer-no-headers", {}),
     "reboot-no-return": ("reboot-no-return", {}),
+    "secure-boot": ("secure-boot", {}),
+    "mok-enrolled": ("mok-enrolled", {}),
     "net-slow": ("net-slow", {}),
     "net-slow-1400mbit": ("net-slow-mbit", {"mbit": 1400}),
     "mlx5_1-no-ipv4-gid": ("hca-no-ipv4-gid", {"hca": 1}),

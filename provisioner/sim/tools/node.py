@@ -70,6 +70,32 @@ MIG_MAX_GPU_INSTANCES = 15
 MIG_MAX_COMPUTE_INSTANCES = 8
 MIG_MINORS_PER_GPU = MIG_MAX_GPU_INSTANCES * (1 + MIG_MAX_COMPUTE_INSTANCES)
 
+# The node's EFI variables, as efivarfs shows them under /sys/firmware/efi/efivars (a container
+# has none of its own): one file per variable, named <Name>-<vendor GUID>, holding 4 bytes of
+# attributes then the value. Secure Boot is the global SecureBoot and SetupMode variables; the
+# MOK list and a pending enrolment request are shim's MokListRT and MokNew (EFI_SIGNATURE_LIST
+# entries, as mokutil writes and reads them: lcp/mokutil @ 9ae73db, src/mokutil.c).
+EFIVARS = "/var/lib/gpu-sim/efivars"
+EFI_GLOBAL_GUID = "8be4df61-93ca-11d2-aa0d-00e098032b8c"
+SHIM_LOCK_GUID = "605dab50-e046-4300-abb6-3dd810dd8b23"
+EFI_CERT_X509_GUID = "a5c059a1-94e4-4aa7-87b5-ab155c2bf072"
+# EFI_VARIABLE_NON_VOLATILE 1, BOOTSERVICE_ACCESS 2, RUNTIME_ACCESS 4 (UEFI specification).
+EFI_ATTR_BS_RT = b"\x06\x00\x00\x00"
+EFI_ATTR_NV_BS_RT = b"\x07\x00\x00\x00"
+
+
+def efivar_path(name: str, guid: str) -> str:
+    """The node path of EFI variable ``name`` of vendor ``guid``."""
+    return f"{EFIVARS}/{name}-{guid}"
+
+
+def secure_boot_vars(enabled: bool) -> list[tuple[str, bytes]]:
+    """(node path, content) of SecureBoot and SetupMode: Secure Boot on or off, user mode (a
+    platform key enrolled), as a machine from its vendor has them."""
+    return [(efivar_path("SecureBoot", EFI_GLOBAL_GUID), EFI_ATTR_BS_RT + bytes([int(enabled)])),
+            (efivar_path("SetupMode", EFI_GLOBAL_GUID), EFI_ATTR_BS_RT + b"\x00")]
+
+
 # Load the stand-in dcgm-exporter reports: "<gpu index|all> util=95 temp=88 fb_used=70000
 # power=650" lines (tests write it to drive the alerts).
 GPU_LOAD_FILE = "/var/lib/gpu-sim/gpu-load"
