@@ -30,6 +30,8 @@ SUITES = {"bookworm": "debian12", "trixie": "debian13"}
 
 # A node as a minimal install leaves it: what the roles need beyond this (python3-venv for the
 # smoke job's venv, python3-packaging for Ansible's pip module, ...) they must install themselves.
+# openssl, which dkms signs modules with and the simulated dkms and mokutil run, comes with
+# ca-certificates (Debian 12's ca-certificates Depends: openssl), as on a real node.
 PACKAGES = (
     "python3", "python3-apt", "systemd", "systemd-sysv", "dbus",
     "openssh-server", "iproute2", "sudo", "gnupg", "pciutils", "kmod", "procps",

@@ -182,3 +182,52 @@ def test_a_secure_boot_node_fails_the_signature_check_until_its_key_is_enrolled(
     boot(root)
     enrolled = check()
     assert enrolled["failed_checks"] == [] and enrolled["checks"][0]["status"] == "pass"
+
+
+def load_module(root: Path, bundled: Bundled) -> subprocess.CompletedProcess[str]:
+    """The simulated node's module load (what its boot and the driver package run), against
+    ``root``, with this test's mokutil and the machine's modinfo."""
+    from provisioner.sim.tools.node import load_module_sh
+
+    script = load_module_sh()
+    for prefix in ("/var/lib/gpu-sim", "/run/gpu-sim", "/usr/lib/gpu-sim"):
+        script = script.replace(prefix, f"{root}{prefix}")
+    script = script.replace("ko=/lib/modules", f"ko={root}/lib/modules")
+    tools = root / "test-bin"
+    tools.mkdir(exist_ok=True)
+    if not (tools / "mokutil").exists():
+        (tools / "mokutil").symlink_to(bundled("mokutil"))
+    env = {**os.environ, "GPU_SIM_ROOT": str(root),
+           "PATH": f"{tools}:{os.path.dirname(str(MODINFO))}:{os.environ['PATH']}"}
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
+                          check=False)
+
+
+@pytest.mark.skipif(MODINFO is None, reason="needs kmod's modinfo")
+@pytest.mark.parametrize("secure_boot", [True, False])
+def test_secure_boot_refuses_a_module_whose_key_is_not_enrolled(
+        bundled: Bundled, tmp_path: Path, secure_boot: bool) -> None:
+    running = os.uname().release
+    root = with_key(efi_node(tmp_path, secure_boot))
+    (root / "usr/lib/gpu-sim").mkdir(parents=True)
+    (root / "usr/lib/gpu-sim/driver-version").write_text(f"{V}\n")
+    ko = root / f"lib/modules/{running}/updates/dkms/nvidia.ko"
+    ko.parent.mkdir(parents=True)
+    ko.write_bytes(kmodule.sign(kmodule.elf_module(kmodule.modinfo_strings("nvidia", V, running)),
+                                str(root / "var/lib/dkms/mok.key"), str(root / CERT.lstrip("/")),
+                                "sha256"))
+    loaded = root / "run/gpu-sim/module/nvidia/version"
+    out = load_module(root, bundled)
+    assert out.returncode == 0, out.stderr
+    if not secure_boot:
+        assert loaded.read_text() == f"{V}\n"
+        return
+    assert not loaded.exists()
+    assert (root / "var/lib/gpu-sim/dmesg").read_text() == (
+        "[    4.000000] Lockdown: modprobe: unsigned module loading is restricted; see man "
+        "kernel_lockdown.7\n")
+    mokutil(bundled, root, "--import", str(root / CERT.lstrip("/")), "--root-pw")
+    (root / "etc/gpu-sim/faults").write_text("secure-boot\nmok-enrolled\n")
+    boot(root)
+    assert load_module(root, bundled).returncode == 0
+    assert loaded.read_text() == f"{V}\n"

@@ -145,15 +145,46 @@ def _mig_minors_py() -> str:
     )
 
 
+# What the kernel logs when Secure Boot's lockdown refuses a module that is unsigned or signed by
+# a key it does not trust (security/lockdown/lockdown.c: "Lockdown: %s: %s is restricted; see man
+# kernel_lockdown.7", the reason of LOCKDOWN_MODULE_SIGNATURE being "unsigned module loading";
+# kernels that enforce signatures outright print "Loading of unsigned module is rejected" or
+# "Loading of module with unavailable key is rejected" instead, kernel/module/signing.c).
+LOCKDOWN_REFUSAL = ("Lockdown: modprobe: unsigned module loading is restricted; "
+                    "see man kernel_lockdown.7")
+
+
+def _secure_boot_refusal_sh() -> list[str]:
+    """Shell lines setting ``refused`` (empty: the module may load): with the SecureBoot
+    variable 1, the running kernel's nvidia.ko must be signed by a key in the MOK list (its
+    signer, as ``modinfo -F signer`` reads it, the commonName of a certificate ``mokutil
+    --list-enrolled`` prints)."""
+    secure_boot = f"{EFIVARS}/SecureBoot-{EFI_GLOBAL_GUID}"
+    return [
+        "refused=",
+        f'if [ "$(od -An -tu1 -j4 -N1 {secure_boot} 2>/dev/null | tr -d " \\n")" = 1 ]; then',
+        "  ko=/lib/modules/$(uname -r)/updates/dkms/nvidia.ko",
+        '  signer=$(PATH="$PATH:/sbin:/usr/sbin" modinfo -F signer "$ko" 2>/dev/null)',
+        '  if [ -z "$signer" ] || ! PATH="$PATH:/usr/local/bin" mokutil --list-enrolled '
+        '2>/dev/null | grep -qF "CN = $signer"; then',
+        f'    refused="{LOCKDOWN_REFUSAL}"',
+        "  fi",
+        "fi",
+    ]
+
+
 def load_module_sh(indent: str = "") -> str:
     """Shell lines that load the installed driver's module: its version, and its banner in the
     two formats real drivers print (open: "NVIDIA UNIX Open Kernel Module for x86_64  580.159.04
     Release Build", as a lent H200 showed; proprietary: "NVIDIA UNIX x86_64 Kernel Module
     535.161.08  <build date>"); and what it exposes for MIG: the capability minors of all 32
     possible GPUs (MIG_MINORS_FILE; the real driver lists them whatever the GPU count) and its
-    "nvidia-caps" major (PROC_DEVICES_FILE, only that line of /proc/devices)."""
+    "nvidia-caps" major (PROC_DEVICES_FILE, only that line of /proc/devices).
+
+    With Secure Boot on (the node's SecureBoot EFI variable), a module not signed by a key in
+    the MOK list is refused: nothing loads, and the kernel log says why (LOCKDOWN_REFUSAL)."""
     dirs = (MODULE_VERSION_FILE, PROC_VERSION_FILE, MIG_MINORS_FILE)
-    lines = [
+    load = [
         "mkdir -p " + " ".join(path.rsplit("/", 1)[0] for path in dirs),
         f"cp {DRIVER_VERSION_FILE} {MODULE_VERSION_FILE}",
         f"v=$(cat {DRIVER_VERSION_FILE}); m=$(uname -m)",
@@ -167,6 +198,12 @@ def load_module_sh(indent: str = "") -> str:
         f'printf "Character devices:\\n%s nvidia-caps\\n" {NVIDIA_CAPS_MAJOR} '
         f"> {PROC_DEVICES_FILE}",
     ]
+    lines = [*_secure_boot_refusal_sh(),
+             'if [ -n "$refused" ]; then',
+             f'  echo "[    4.000000] $refused" >> {KERNEL_LOG}',
+             "else",
+             *(f"  {line}" for line in load),
+             "fi"]
     return "".join(f"{indent}{line}\n" for line in lines)
 
 
