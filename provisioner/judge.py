@@ -192,6 +192,22 @@ def _kernel_hold(host: str, drv: Section | None) -> Check | None:
                  f"the kernel is held ({len(wanted)} package(s))")
 
 
+def _module_signatures(host: str, drv: Section | None) -> list[Check]:
+    """The role's module_signatures:<kernel> checks (module_utils modsign: with Secure Boot on,
+    every NVIDIA module of the kernel signed by a key enrolled in the MOK list), as stack
+    checks; none when the role published none (no NVIDIA module, or a role before them)."""
+    out = []
+    for raw in (drv or {}).get("signature_checks") or []:
+        if not isinstance(raw, Mapping) or not str(raw.get("name", "")):
+            continue
+        measured = raw.get("measured")
+        if isinstance(measured, Mapping):
+            measured = ", ".join(f"{m}: {s or 'unsigned'}" for m, s in measured.items())
+        out.append(Check(host, "stack", str(raw["name"]), str(raw.get("status", "fail")),
+                         measured, raw.get("expected"), str(raw.get("detail", ""))))
+    return out
+
+
 def _nccl_library(host: str, nccl: Section | None) -> Check | None:
     """libnccl.so.X.Y.Z is what programs load; when the role could read it, it must agree with
     nccl.h (a header from one package and a library from another is a broken install)."""
@@ -266,6 +282,7 @@ def _host_checks(host: str, hp: HostPlan, stack: Any, rep: Mapping[str, Section]
              _nvlsm(host, stack, rep.get("nvidia_fabricmanager"), completed),
              _cdi(host, hp, rep.get("nvidia_container_toolkit"))]
     checks.extend(c for c in extra if c is not None)
+    checks.extend(_module_signatures(host, drv))
     return checks
 
 

@@ -184,6 +184,22 @@ def test_kernel_held_compares_the_holds_with_what_the_role_meant_to_hold(
     assert ("gpu-b", "kernel_held") not in by(stack_checks(cluster_plan, reports))
 
 
+def test_module_signature_checks_of_the_role_become_stack_checks(
+        cluster_plan: plan_mod.ClusterPlan) -> None:
+    reports = role_reports()
+    reports["gpu-a"]["nvidia_driver"]["signature_checks"] = [
+        {"name": "module_signatures:6.1.0-18-amd64", "status": "fail",
+         "measured": {"nvidia": "DKMS module signing key", "nvidia-uvm": ""},
+         "expected": "every NVIDIA module signed by an enrolled key",
+         "detail": "kernel 6.1.0-18-amd64: nvidia-uvm carries no signature"}]
+    checks = by(stack_checks(cluster_plan, reports))
+    check = checks[("gpu-a", "module_signatures:6.1.0-18-amd64")]
+    assert check.status == "fail" and check.phase == "stack"
+    assert check.measured == "nvidia: DKMS module signing key, nvidia-uvm: unsigned"
+    assert not any(name.startswith("module_signatures") for host, name in checks
+                   if host == "gpu-b")
+
+
 def test_nccl_consistency_compares_measured_versions_across_nodes(
         cluster_plan: plan_mod.ClusterPlan) -> None:
     checks = by(stack_checks(cluster_plan, role_reports(nccl_b="2.27.3")))

@@ -176,10 +176,10 @@ def judge(secure_boot, kernels, keys):
                                else "y", "it" if len(unsigned) == 1 else "them")))
         for signer, names in signers.items():
             results.append(_key_problem(kernel, signer, names, keys.get(signer)))
-        worst = FAIL if any(s == FAIL for s, _ in results) else (
-            WARN if any(s == WARN for s, _ in results) else PASS)
+        statuses = [result[0] for result in results]
+        worst = FAIL if FAIL in statuses else (WARN if WARN in statuses else PASS)
         if worst == PASS:
-            detail = "kernel %s: %s" % (kernel, "; ".join(t for _, t in results))
+            detail = "kernel %s: %s" % (kernel, "; ".join(result[1] for result in results))
         else:
             detail = "; ".join(t for s, t in results if s != PASS)
         checks.append(check_result("module_signatures:" + kernel, worst, measured, expected,
