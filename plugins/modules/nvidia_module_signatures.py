@@ -174,6 +174,11 @@ def main():
     signers = set(m["signer"] for k in kernels.values() for m in k.values() if m["signer"])
     keys = {}
     openssl = module.get_bin_path("openssl")
+    if signers and not openssl and secure_boot == "enabled":
+        # Without openssl the certificates' names cannot be read: every signer is unknown.
+        keys = dict((signer, {"certificate": None, "enrolment": "unknown",
+                              "error": "openssl is not installed, the MOK certificates' names "
+                                       "cannot be read"}) for signer in signers)
     if signers and openssl:
         mokutil = module.get_bin_path("mokutil", opt_dirs=_SBIN)
         for cert in p["certificates"]:

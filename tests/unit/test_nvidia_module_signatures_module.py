@@ -206,3 +206,13 @@ def test_modinfo_failing_fails_the_module(monkeypatch: pytest.MonkeyPatch, node:
     del node.signers[str(node.root / f"lib/modules/{OLD}/updates/dkms/nvidia.ko")]
     with pytest.raises(Failed, match=r"modinfo .*/nvidia\.ko failed"):
         run(monkeypatch, node)
+
+
+def test_without_openssl_the_signers_are_unknown_and_warn(monkeypatch: pytest.MonkeyPatch,
+                                                          node: Node) -> None:
+    node.secure_boot(True)
+    node.certificate("CERT is already enrolled")
+    (node.bin / "openssl").unlink()
+    result = run(monkeypatch, node)
+    assert [c["status"] for c in result["checks"]] == ["warn", "warn"]
+    assert "openssl is not installed" in result["checks"][0]["detail"]

@@ -115,7 +115,7 @@ def _order(name):
 def _key_problem(kernel, signer, names, key):
     """(status, sentence) of modules signed by ``signer`` given what is known of its key."""
     state = (key or {}).get("enrolment")
-    cert = (key or {}).get("certificate")
+    cert = (key or {}).get("certificate") or "its certificate"
     mods = ", ".join(names)
     if key is None:
         return WARN, ("kernel %s: %s signed by %r, and no MOK certificate on this node has "
