@@ -73,6 +73,9 @@ class RunOptions:
     launcher: str = "direct"
     # Which smoke job runs: "pytorch" (torchrun, DDP) or "tensorflow" (MultiWorkerMirrored).
     framework: str = "pytorch"
+    # With the slurm launcher: the OCI bundle (a path on the nodes) srun --container runs the
+    # smoke job in; None runs it on the node itself.
+    container: str | None = None
     # How many nodes the run may lose (failed or unreachable) and go on with the others:
     # "N" or "P%" of the nodes it targets; None is the default policy (allowed_losses).
     max_fail: str | None = None
@@ -571,7 +574,8 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
                               extravars=extravars(plan, report.run_id, run_dir, url,
                                                   launcher=options.launcher,
                                                   framework=options.framework,
-                                                  locked=locked),
+                                                  locked=locked,
+                                                  container=options.container),
                               limit=limit, timeout=options.timeout_s,
                               on_progress=progress)
     phase = report.add_phase("smoke", result)
@@ -579,7 +583,8 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
     raise_if_cancelled()
     unreachable = sorted(h for h, s in result.stats.items() if s.unreachable)
     judged = fold_results(plan, report, run_dir, result.reports, unreachable,
-                          launcher=options.launcher, framework=options.framework)
+                          launcher=options.launcher, framework=options.framework,
+                          container=options.container)
     return phase.ok and judged and len(report.lost_hosts) == lost_before
 
 

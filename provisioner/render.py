@@ -283,6 +283,8 @@ def smoke_table(console: Console, smoke: Mapping[str, Any]) -> None:
     for run in smoke.get("runs", []):
         sim = "SIMULATED " if smoke.get("simulated") else ""
         via = f", launched by {smoke['launcher']}" if smoke.get("launcher") else ""
+        if smoke.get("container"):
+            via += f" in container {smoke['container']}"
         # The framework of the job's own passes (nccl-tests have none); reports from before
         # the second framework have no `framework`: PyTorch ran them.
         framework = ("" if str(run.get("label", "")).startswith("nccl-tests")

@@ -278,7 +278,8 @@ def _smoke(data: Mapping[str, Any]) -> str:
     runs = [r for r in _list(smoke.get("runs")) if isinstance(r, Mapping)]
     if not smoke:
         return ""
-    about = ", ".join(f"{k} {smoke[k]}" for k in ("launcher", "framework") if smoke.get(k))
+    about = ", ".join(f"{k} {smoke[k]}" for k in ("launcher", "framework", "container")
+                      if smoke.get(k))
     parts = [f'<section id="smoke"><h2>Smoke job</h2><p>{esc(about)}</p>']
     if not runs:
         parts.append("<p>the smoke job produced no results (see the notes)</p>")

@@ -172,7 +172,8 @@ def _local_address_towards(host: str) -> str:
 
 def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
               launcher: str = "direct", framework: str = "pytorch",
-              locked: Mapping[str, str] | None = None) -> dict[str, Any]:
+              locked: Mapping[str, str] | None = None,
+              container: str | None = None) -> dict[str, Any]:
     first = plan.hosts[_first_gpu_host(plan)]
     gpus = first.profile.gpu_count if first.profile else 0
     out: dict[str, Any] = {
@@ -191,6 +192,9 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
         # where the job itself then runs on CPUs.
         "smoke_job_slurm_gpus_per_node": gpus,
     }
+    if container:
+        # srun --container: the job runs in this OCI bundle on every node (Slurm's oci.conf).
+        out["smoke_job_container"] = container
     if plan.simulated:
         # Simulated GPUs cannot run CUDA: gloo on CPU processes, no GPU count to expect.
         out.update(smoke_job_backend="gloo", smoke_job_sizes=CPU_SIZES,
@@ -206,7 +210,7 @@ def extravars(plan: ClusterPlan, run_id: str, run_dir: Path, url: str,
 def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                  reports: Mapping[str, Mapping[str, Any]],
                  unreachable: list[str], launcher: str = "direct",
-                 framework: str = "pytorch") -> bool:
+                 framework: str = "pytorch", container: str | None = None) -> bool:
     """Judge each pass and put tables, checks and logs in the report. True when all passed."""
     out_dir = run_dir / "smoke"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -253,6 +257,8 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                             + (f" (unreachable: {', '.join(unreachable)})" if unreachable else ""))
     report.smoke = {"simulated": plan.simulated, "launcher": launcher,
                     "framework": framework, "runs": runs}
+    if container:
+        report.smoke["container"] = container
     return ok and not unreachable
 
 

@@ -112,6 +112,28 @@ def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
                         "notices go to stderr)")
 
 
+def _container_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--container", metavar="BUNDLE",
+                        help="run the smoke job in Slurm's OCI container BUNDLE (srun "
+                        "--container; an absolute path to an OCI bundle that exists on every "
+                        "GPU node, whose rootfs has the smoke job's Python; needs Slurm and its "
+                        "slurm_node_oci_runtime)")
+
+
+def _container(value: str | None, launcher: str) -> str | None:
+    """--container's bundle, refused in one line where srun cannot use it."""
+    if value is None:
+        return None
+    if not value.startswith("/"):
+        raise InputError(f"--container {value}: the bundle must be an absolute path on the "
+                         "nodes (Slurm does not copy it there)")
+    if launcher != "slurm":
+        raise InputError(f"--container {value}: the smoke job runs in a container only "
+                         "through Slurm (srun --container); this inventory's launcher is "
+                         f"{launcher}")
+    return value
+
+
 def _framework_option(parser: argparse.ArgumentParser) -> None:
     # The choices are provisioner.wheelhouse.FRAMEWORKS (not imported here: `--help` stays light;
     # tests/integration checks they agree).

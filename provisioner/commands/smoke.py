@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from provisioner.commands.common import _build, _framework_option, _json_option, _Parser, _seconds
+from provisioner.commands.common import (
+    _build,
+    _container,
+    _container_option,
+    _framework_option,
+    _json_option,
+    _Parser,
+    _seconds,
+)
 from provisioner.commands.running import _run
 
 NAME = "smoke"
@@ -19,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
                      help="how the job starts: srun through Slurm (the default when the "
                      "inventory has Slurm) or torchrun on every node directly")
     _framework_option(smk)
+    _container_option(smk)
     _json_option(smk, "the run's report")
     return smk
 
@@ -27,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from provisioner import bringup, slurm
 
     cp = _build(args.inventory)
+    launcher = slurm.choose_launcher(cp, args.launcher)
     return _run(args, cp, "smoke", (bringup.SMOKE_PHASE,),
                 bringup.RunOptions(limit=args.limit, timeout_s=args.timeout,
-                                   launcher=slurm.choose_launcher(cp, args.launcher),
-                                   framework=args.framework))
+                                   launcher=launcher, framework=args.framework,
+                                   container=_container(args.container, launcher)))

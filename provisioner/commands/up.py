@@ -10,6 +10,8 @@ from provisioner.commands.common import (
     _batch_size,
     _build,
     _confirm,
+    _container,
+    _container_option,
     _executor_options,
     _executors,
     _framework_option,
@@ -31,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
     up.add_argument("--limit", help="Ansible host pattern to restrict the run to")
     up.add_argument("--skip-smoke", action="store_true", help="do not run the smoke job")
     _framework_option(up)
+    _container_option(up)
     up.add_argument("--yes", "-y", action="store_true",
                     help="do not ask before changing real (non-simulated) hosts")
     up.add_argument("--timeout", type=_seconds, default=7200, help="per-phase timeout (s)")
@@ -74,11 +77,13 @@ def run(args: argparse.Namespace) -> int:
     retry = _retry(args, str(cp.inventory.source), [name for name, _ in phases])
     if retry is not None:
         phases = phases[[name for name, _ in phases].index(retry.phase):]
+    launcher = slurm.choose_launcher(cp, None)
     options = bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
         reboot_batch=args.batch_size, reboot_timeout_s=args.reboot_timeout,
-        max_fail=args.max_fail, launcher=slurm.choose_launcher(cp, None),
-        framework=args.framework, retry_hosts=retry.hosts if retry else (),
+        max_fail=args.max_fail, launcher=launcher,
+        framework=args.framework, container=_container(args.container, launcher),
+        retry_hosts=retry.hosts if retry else (),
         executors=executors, limit_hosts=limit_hosts)
     return _run(args, cp, "up", phases, options, resumes=retry)
 

@@ -55,6 +55,15 @@ FAULT_RANK_ENV = "GPUC_SMOKE_TEST_FAULT_RANK"
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
+def user_name() -> str:
+    """Who this process runs as: its name, or its number where the passwd file has none (a
+    container whose image does not list the uid it runs as)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 class CommFailure(Exception):
     """A collective failed or timed out: a peer is dead, hung or unreachable."""
 
@@ -238,7 +247,7 @@ class Smoke:
             "node_rank": int(os.environ.get("GROUP_RANK", "0")),
             "hostname": self.hostname,
             # Who the rank runs as (the role starts the job as its unprivileged user).
-            "user": pwd.getpwuid(os.geteuid()).pw_name,
+            "user": user_name(),
             "device": str(self.device),
             "device_name": (torch.cuda.get_device_name(self.device)
                             if self.device.type == "cuda" else "cpu"),

@@ -61,6 +61,15 @@ _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 
 
+def user_name() -> str:
+    """Who this process runs as: its name, or its number where the passwd file has none (a
+    container whose image does not list the uid it runs as)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
 class ClusterError(ValueError):
     """The cluster description (arguments, TF_CONFIG or the Slurm environment) is unusable."""
 
@@ -489,7 +498,7 @@ class Smoke:
             payloads[rid] = json.dumps({
                 "rank": rid, "local_rank": local, "node_rank": self.worker,
                 "hostname": self.hostname, "device": self.devices[local], "device_name": name,
-                "user": pwd.getpwuid(os.geteuid()).pw_name,
+                "user": user_name(),
                 "cuda_device_count": len(self.gpus),
             }, sort_keys=True).encode()
         gathered = self.gather("gathering replica inventory", payloads)
