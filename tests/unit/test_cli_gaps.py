@@ -1115,3 +1115,27 @@ def test_sim_executors_count_progress_and_addresses(
         "  sim-exec-3     10.88.0.23",
         f"use: provisioner up ... --executors sim-exec-1,sim-exec-2,sim-exec-3 "
         f"--executor-ssh-config {ssh_config}"]
+
+
+@pytest.mark.parametrize(("bundle", "why"), [
+    ("/opt/bundle", "runs in a container only through Slurm (srun --container); this "
+                    "inventory's launcher is direct"),
+    ("opt/bundle", "the bundle must be an absolute path on the nodes"),
+])
+def test_smoke_and_up_refuse_a_container_srun_cannot_run(
+        inventory: Path, fake_run: FakeRun, capsys: pytest.CaptureFixture[str],
+        bundle: str, why: str) -> None:
+    for command in (["smoke"], ["up", "--yes"]):
+        assert cli.main(["-q", *command, "-i", str(inventory), "--container", bundle]) == 2
+        err = capsys.readouterr().err
+        assert f"--container {bundle}: " in err and why in " ".join(err.split()), err
+    assert fake_run.calls == []
+
+
+def test_a_container_reaches_the_run_with_the_slurm_launcher(
+        inventory: Path, fake_run: FakeRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    from provisioner import slurm
+
+    monkeypatch.setattr(slurm, "choose_launcher", lambda cp, requested: "slurm")
+    assert cli.main(["-q", "smoke", "-i", str(inventory), "--container", "/opt/b"]) == 0
+    assert (fake_run.options.launcher, fake_run.options.container) == ("slurm", "/opt/b")

@@ -69,7 +69,9 @@ def test_the_simulated_inventory_turns_slurm_on_without_nvml() -> None:
         "slurm_controller": {"hosts": {"sim-login-1": {}}}}
     assert sim_slurm_groups(SimSpec(gpu_nodes=2, cpu_nodes=0)) == {}
     # Its nodes run cgroup tracking and containment as real ones do; only NVML is missing.
-    assert SIM_SLURM_VARS == {"slurm_node_gres_autodetect": False}
+    # Slurm's containers are on, with the crun the nodes install from Debian.
+    assert SIM_SLURM_VARS == {"slurm_node_gres_autodetect": False,
+                              "slurm_node_oci_runtime": "crun"}
 
 
 # --- templates --------------------------------------------------------------------------------
