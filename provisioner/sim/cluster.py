@@ -746,6 +746,16 @@ mkdir -p /run/gpu-sim /var/lib/gpu-sim
 cat /proc/sys/kernel/random/uuid > /run/gpu-sim/boot_id
 mount --bind /run/gpu-sim/boot_id /proc/sys/kernel/random/boot_id \\
   || echo "gpu-sim-boot: no boot id of its own" >&2
+# mok-enrolled (provisioner/sim/faults.py): before the kernel starts, shim's MokManager found an
+# enrolment request (MokNew) and a person confirmed it at the console: its keys join the MOK
+# list (MokListRT, attributes then the EFI_SIGNATURE_LISTs), so the kernel below trusts them.
+# Without the fault the request stays pending.
+request={efivar_path("MokNew", SHIM_LOCK_GUID)}
+if [ -s "$request" ] && grep -qx mok-enrolled {FAULTS_FILE} 2>/dev/null; then
+  list={efivar_path("MokListRT", SHIM_LOCK_GUID)}
+  {{ if [ -s "$list" ]; then cat "$list"; else printf '{_octal(EFI_ATTR_BS_RT)}'; fi
+    tail -c +5 "$request"; }} > "$list.new" && mv "$list.new" "$list" && rm -f "$request"
+fi
 # The kernel loads the installed driver's module.
 if [ -s {DRIVER_VERSION_FILE} ]; then
 {load_module_sh("  ")}fi
@@ -755,15 +765,6 @@ if [ -e {BOOTED_FLAG} ] && grep -qx reboot-no-return {FAULTS_FILE} 2>/dev/null; 
   touch {NO_SSH_FLAG}
 fi
 touch {BOOTED_FLAG}
-# mok-enrolled (provisioner/sim/faults.py): shim's MokManager found an enrolment request (MokNew)
-# and a person confirmed it at the console: its keys join the MOK list (MokListRT, attributes
-# then the EFI_SIGNATURE_LISTs). Without the fault the request stays pending.
-request={efivar_path("MokNew", SHIM_LOCK_GUID)}
-if [ -s "$request" ] && grep -qx mok-enrolled {FAULTS_FILE} 2>/dev/null; then
-  list={efivar_path("MokListRT", SHIM_LOCK_GUID)}
-  {{ if [ -s "$list" ]; then cat "$list"; else printf '{_octal(EFI_ATTR_BS_RT)}'; fi
-    tail -c +5 "$request"; }} > "$list.new" && mv "$list.new" "$list" && rm -f "$request"
-fi
 # The line rate of the node's interface (provisioner/sim/faults.py), or a slow fault's: a
 # restarted container gets a new network namespace, without the token bucket.
 if [ -s {LINK_RATE_FILE} ]; then
