@@ -173,7 +173,7 @@ def test_a_secure_boot_node_fails_the_signature_check_until_its_key_is_enrolled(
         return result
 
     assert "is not enrolled" in check()["checks"][0]["detail"]
-    mokutil(bundled, root, "--import", cert, "--root-pw")
+    mokutil(bundled, root, "--import", cert, "--hash-file", hash_file(tmp_path))
     boot(root)
     pending = check()
     assert pending["keys"]["DKMS module signing key"]["enrolment"] == "pending"
@@ -226,8 +226,47 @@ def test_secure_boot_refuses_a_module_whose_key_is_not_enrolled(
     assert (root / "var/lib/gpu-sim/dmesg").read_text() == (
         "[    4.000000] Lockdown: modprobe: unsigned module loading is restricted; see man "
         "kernel_lockdown.7\n")
-    mokutil(bundled, root, "--import", str(root / CERT.lstrip("/")), "--root-pw")
+    imported = mokutil(bundled, root, "--import", str(root / CERT.lstrip("/")),
+                       "--hash-file", hash_file(tmp_path))
+    assert imported.returncode == 0, imported.stderr
     (root / "etc/gpu-sim/faults").write_text("secure-boot\nmok-enrolled\n")
     boot(root)
     assert load_module(root, bundled).returncode == 0
     assert loaded.read_text() == f"{V}\n"
+
+
+# A SHA-512 crypt(3) string, as `mkpasswd -m sha-512` or `openssl passwd -6` writes one.
+SHA512_HASH = ("$6$gpucsalt$dbeEjvDbXP2w5.ZSVvEP3szf14N2xGhBCThpYffNchnbsG3n"
+               "SiYEYUlGSpba0fmOD7abxwcZXVjSEcnoxlq6l/")  # openssl passwd -6 -salt gpucsalt mok-console-1
+
+
+def hash_file(tmp_path: Path, text: str = SHA512_HASH) -> str:
+    path = tmp_path / "mok.hash"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(("shadow", "ok"), [
+    ("root:*:19000:0:99999:7:::", False),  # locked, as a cloud image's root
+    ("root:$y$j9T$abc$defghijkl:19000:0:99999:7:::", False),  # yescrypt, Debian 12's default
+    (f"root:{SHA512_HASH}:19000:0:99999:7:::", True),
+])
+def test_root_pw_needs_a_root_password_hash_mokutil_can_read(
+        bundled: Bundled, tmp_path: Path, shadow: str, ok: bool) -> None:
+    root = with_key(efi_node(tmp_path, True))
+    (root / "etc/shadow").write_text(shadow + "\n")
+    out = mokutil(bundled, root, "--import", str(root / CERT.lstrip("/")), "--root-pw")
+    if ok:
+        assert out.returncode == 0, out.stderr
+    else:
+        assert (out.returncode, out.stderr) == (255, "Failed to get root password hash\n")
+
+
+@pytest.mark.parametrize(("text", "ok"), [(SHA512_HASH, True), ("not a hash", False)])
+def test_hash_file_must_hold_a_crypt_hash(bundled: Bundled, tmp_path: Path, text: str,
+                                          ok: bool) -> None:
+    root = with_key(efi_node(tmp_path, True))
+    out = mokutil(bundled, root, "--import", str(root / CERT.lstrip("/")),
+                  "--hash-file", hash_file(tmp_path, text))
+    assert out.returncode == (0 if ok else 255), out.stderr
+    assert ok or out.stderr == "Failed to read hash\n"

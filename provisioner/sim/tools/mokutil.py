@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -176,7 +177,34 @@ def _password() -> bool:
     return False
 
 
-def import_keys(paths: list[str], ask_password: bool) -> int:
+# A crypt(3) string mokutil's get_hash_from_file/get_password_from_shadow can decode: MD5,
+# SHA-256 or SHA-512 ("$1$", "$5$", "$6$"; lcp/mokutil src/password-crypt.c decode_pass). A
+# locked root ("!", "*") or another method (Debian 12 hashes yescrypt, "$y$") is not one.
+_CRYPT = re.compile(r"^\$(1|5|6)\$(rounds=\d+\$)?[^$:]+\$[^$:]+$")
+
+
+def _password_from(source: str, path: str | None) -> bool:
+    """Where the console password's hash comes from: asked twice on the terminal ("ask"), the
+    root password's hash in /etc/shadow ("root-pw"), or a file ("hash-file"); mokutil's
+    messages when it cannot be had (src/mokutil.c issue_mok_request)."""
+    if source == "ask":
+        return _password()
+    if source == "hash-file":
+        text = (_read(path) or b"").decode(errors="replace").strip() if path else ""
+        if not _CRYPT.match(text):
+            sys.stderr.write("Failed to read hash\n")
+            return False
+        return True
+    shadow = (_read(sim_path("/etc/shadow")) or b"").decode(errors="replace")
+    root = next((line.split(":")[1] for line in shadow.splitlines()
+                 if line.startswith("root:") and line.count(":") >= 1), "")
+    if not _CRYPT.match(root):
+        sys.stderr.write("Failed to get root password hash\n")
+        return False
+    return True
+
+
+def import_keys(paths: list[str], password: tuple[str, str | None] = ("ask", None)) -> int:
     enrolled = signature_lists(_var("MokListRT", SHIM_LOCK_GUID))
     old = _var("MokNew", SHIM_LOCK_GUID)
     requested = signature_lists(old)
@@ -198,7 +226,7 @@ def import_keys(paths: list[str], ask_password: bool) -> int:
             requested.append(cert)
     if not new:
         return 0
-    if ask_password and not _password():
+    if not _password_from(*password):
         return 255
     target = sim_path(efivar_path("MokNew", SHIM_LOCK_GUID))
     # The new keys, then the earlier request (mokutil issue_mok_request appends the old one).
@@ -217,14 +245,14 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("EFI variables are not supported on this system\n")
         return 1
     args = list(argv)
-    ask_password = True
+    password: tuple[str, str | None] = ("ask", None)
     if "--root-pw" in args or "-P" in args:
-        ask_password = False
+        password = ("root-pw", None)
         args = [a for a in args if a not in ("--root-pw", "-P")]
     for flag in ("--hash-file", "-f"):
         if flag in args:
             i = args.index(flag)
-            ask_password = False
+            password = ("hash-file", args[i + 1] if i + 1 < len(args) else None)
             del args[i:i + 2]
     command, rest = args[0], args[1:]
     if command == "--sb-state":
@@ -236,7 +264,7 @@ def main(argv: list[str]) -> int:
     if command in ("--list-new", "-N"):
         return list_keys("MokNew")
     if command in ("--import", "-i") and rest:
-        return import_keys(rest, ask_password)
+        return import_keys(rest, password)
     if command == "--revoke-import":
         target = sim_path(efivar_path("MokNew", SHIM_LOCK_GUID))
         if os.path.exists(target):
