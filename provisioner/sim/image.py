@@ -11,6 +11,11 @@ reachable here): an Ubuntu node is the Debian rootfs with Ubuntu's /etc/os-relea
 node adds Debian's dnf, rpm and libmodulemd and Rocky's release files (and drops
 /etc/debian_version), so the facts say RedHat 9 with dnf and modular filtering is dnf's own.
 Each derived image starts from the cached Debian rootfs tarball (no second debootstrap).
+
+An arm64 node (a Grace machine's userland) is the same Debian recipe debootstrapped for arm64
+and run under qemu-user-static through binfmt_misc (sim/binfmt.py): ``uname -m`` says aarch64,
+Ansible's facts say architecture aarch64, and every program in it is an aarch64 binary. Its
+image carries what emulation needs on top (ARM64_SETUP, EMULATED_STOP_SIGNAL).
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ from pathlib import Path
 
 from provisioner.errors import EnvironmentProblem, InputError
 from provisioner.paths import cache_dir
-from provisioner.sim import podman
+from provisioner.sim import binfmt, podman
 
 SUITES = {"bookworm": "debian12", "trixie": "debian13"}
+# The Debian architectures a node image is built for: the controller's own (amd64), or arm64
+# under emulation.
+ARCHITECTURES = ("amd64", "arm64")
 
 # A node as a minimal install leaves it: what the roles need beyond this (python3-venv for the
 # smoke job's venv, python3-packaging for Ansible's pip module, ...) they must install themselves.
@@ -57,6 +65,31 @@ apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 """
 
+
+# What an emulated arm64 node needs beyond POST_SETUP (each seen failing without it, Debian 12
+# arm64 under qemu-user-static 7.2 and podman 4.3):
+# - systemd's credential loading fails under qemu-user, and with it every unit that has a
+#   LoadCredential= line (systemd-sysctl, -sysusers, -tmpfiles-setup, -tmpfiles-setup-dev
+#   among them): a drop-in empties the list for each unit the image has.
+# - binfmt_misc belongs to the machine: a privileged node's systemd-binfmt.service clears the
+#   machine's table at start and stop, and with it the aarch64 registration this very node
+#   runs on. Masked in the image itself (the cluster's node files mask the same units).
+ARM64_SETUP = r"""
+set -eu
+for unit in $(grep -l '^LoadCredential=' /lib/systemd/system/*.service 2>/dev/null); do
+  name=$(basename "$unit")
+  mkdir -p "/etc/systemd/system/$name.d"
+  printf '[Service]\nLoadCredential=\n' > "/etc/systemd/system/$name.d/50-gpuc-emulated.conf"
+done
+systemctl mask systemd-binfmt.service proc-sys-fs-binfmt_misc.automount \
+  proc-sys-fs-binfmt_misc.mount
+"""
+# The signal `podman stop` sends an emulated node. systemd halts on SIGRTMIN+3, but qemu-user
+# hands the guest the host's real-time signals shifted down by two (it keeps host real-time
+# signals for itself): the host's SIGRTMIN+5 arrives as SIGRTMIN+3. Measured: with SIGRTMIN+3
+# podman stop waited out its timeout and killed the node; with SIGRTMIN+5 systemd halted.
+EMULATED_STOP_SIGNAL = "SIGRTMIN+5"
+NATIVE_STOP_SIGNAL = "SIGRTMIN+3"
 
 
 def _os_release(fields: dict[str, str]) -> str:
@@ -172,17 +205,50 @@ class NodeImage:
     suite: str
     name: str  # podman image reference
     os: str = "debian12"
+    architecture: str = "amd64"  # Debian's name: amd64, arm64
+
+    @property
+    def emulated(self) -> bool:
+        return self.architecture != "amd64"
+
+    @property
+    def stop_signal(self) -> str:
+        """What `podman stop` must send for systemd in the node to halt (the image says it)."""
+        return EMULATED_STOP_SIGNAL if self.emulated else NATIVE_STOP_SIGNAL
+
+    def run_options(self) -> list[str]:
+        """`podman create`/`run` options a node of this image needs beyond a native one's: its
+        architecture (else podman warns that the image's platform is not the machine's) and
+        the stop signal again (the image carries it; explicit, so that a caller's own
+        --stop-signal cannot silently undo it)."""
+        if not self.emulated:
+            return []
+        return ["--arch", self.architecture, "--stop-signal", EMULATED_STOP_SIGNAL]
 
 
 def _debian_recipe(suite: str) -> str:
     return "\n".join([suite, ",".join(PACKAGES), POST_SETUP])
 
 
-def image_for(suite: str = "bookworm") -> NodeImage:
+def _foreign_recipe(suite: str, architecture: str) -> str:
+    return "\n".join([_debian_recipe(suite), architecture, ARM64_SETUP, EMULATED_STOP_SIGNAL])
+
+
+def image_for(suite: str = "bookworm", architecture: str = "amd64") -> NodeImage:
     """The image of a Debian suite (bookworm, trixie) or of an OS name (debian12, ubuntu2404,
-    rocky9, ...)."""
+    rocky9, ...), for ``architecture`` (amd64; arm64 for a Debian suite, emulated)."""
     if suite in _OS_SUITE:
         suite = _OS_SUITE[suite]
+    if architecture not in ARCHITECTURES:
+        raise InputError(f"unknown node architecture {architecture!r}: choose one of "
+                         f"{', '.join(ARCHITECTURES)}")
+    if architecture != "amd64":
+        if suite not in SUITES:
+            raise InputError(f"an {architecture} node runs Debian ({', '.join(SUITES.values())}"
+                             f"); {suite!r} is not imitated on {architecture}")
+        digest = hashlib.sha256(_foreign_recipe(suite, architecture).encode()).hexdigest()[:10]
+        return NodeImage(suite=suite, os=SUITES[suite], architecture=architecture,
+                         name=f"localhost/gpuc-node:{SUITES[suite]}-{architecture}-{digest}")
     if suite in IMITATIONS:
         imitation = IMITATIONS[suite]
         recipe = "\n".join([_debian_recipe(imitation.suite), ",".join(imitation.packages),
@@ -197,14 +263,20 @@ def image_for(suite: str = "bookworm") -> NodeImage:
                      os=SUITES[suite])
 
 
-def ensure_image(suite: str = "bookworm") -> NodeImage:
-    """Return the node image, building it when neither podman nor the cache has it."""
-    image = image_for(suite)
+def ensure_image(suite: str = "bookworm", architecture: str = "amd64") -> NodeImage:
+    """Return the node image, building it when neither podman nor the cache has it. An arm64
+    image needs the machine's qemu-aarch64 registration (binfmt.ensure_registered) to build
+    and to run; it is checked (and made, as root) first."""
+    image = image_for(suite, architecture)
+    if image.emulated:
+        binfmt.ensure_registered(image.architecture)
     if podman.run(["image", "exists", image.name], check=False).returncode == 0:
         return image
     tarball = _tarball(image)
     if not tarball.is_file():
-        if image.os in IMITATIONS:
+        if image.emulated:
+            _build_foreign_rootfs_tar(image.suite, image.architecture, tarball)
+        elif image.os in IMITATIONS:
             base = image_for(image.suite)
             if not _tarball(base).is_file():
                 _build_rootfs_tar(base.suite, _tarball(base))
@@ -212,11 +284,19 @@ def ensure_image(suite: str = "bookworm") -> NodeImage:
         else:
             _build_rootfs_tar(image.suite, tarball)  # the suite (trixie), not the OS (debian13)
     with tarball.open("rb") as fh:
-        podman.run(["import", "--change", 'CMD ["/sbin/init"]',
-                    "--change", f"LABEL {podman.LABEL}=true",
-                    "--change", "STOPSIGNAL SIGRTMIN+3",
-                    "-", image.name], input_bytes=fh.read(), timeout=600)
+        podman.run(["import", *_import_options(image), "-", image.name],
+                   input_bytes=fh.read(), timeout=600)
     return image
+
+
+def _import_options(image: NodeImage) -> list[str]:
+    """`podman import` options: init, the project's label, the stop signal systemd halts on,
+    and for an emulated image its OS and architecture (podman 4.3's import --os/--arch), so
+    `podman image inspect` says linux/arm64."""
+    platform = (["--os", "linux", "--arch", image.architecture] if image.emulated else [])
+    return [*platform, "--change", 'CMD ["/sbin/init"]',
+            "--change", f"LABEL {podman.LABEL}=true",
+            "--change", f"STOPSIGNAL {image.stop_signal}"]
 
 
 def _tarball(image: NodeImage) -> Path:
@@ -256,6 +336,30 @@ def _build_rootfs_tar(suite: str, tarball: Path) -> None:
         _check(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
                 suite, str(root)], "debootstrap", timeout=1200)
         _check(["chroot", str(root), "/bin/sh", "-c", POST_SETUP], "node image post-setup")
+        partial = tarball.with_suffix(".partial")
+        _check(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
+               "tar of the node rootfs")
+        partial.rename(tarball)
+
+
+def _build_foreign_rootfs_tar(suite: str, architecture: str, tarball: Path) -> None:
+    """debootstrap for another architecture: the first stage unpacks the packages here (no
+    foreign code runs), the second configures them inside the rootfs, its binaries run by
+    qemu through the machine's binfmt registration (its F flag: no qemu copy in the rootfs).
+    The second stage takes minutes (about 4 of emulated dpkg runs for bookworm)."""
+    if shutil.which("debootstrap") is None:
+        raise EnvironmentProblem("debootstrap not found: apt-get install debootstrap (make deps)")
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=tarball.parent, prefix="rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        _check(["debootstrap", f"--arch={architecture}", "--foreign", "--variant=minbase",
+                f"--include={','.join(PACKAGES)}", suite, str(root)],
+               f"debootstrap ({architecture}, first stage)", timeout=1200)
+        _check(["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"],
+               f"debootstrap ({architecture}, second stage under qemu)", timeout=2400)
+        _check(["chroot", str(root), "/bin/sh", "-c", POST_SETUP], "node image post-setup")
+        _check(["chroot", str(root), "/bin/sh", "-c", ARM64_SETUP],
+               f"{architecture} node image setup")
         partial = tarball.with_suffix(".partial")
         _check(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."],
                "tar of the node rootfs")

@@ -3,7 +3,8 @@
 The packages carry the real names and versions of a stack but tiny contents (a simulated
 ``nvidia-smi``, version files, markers), so the real repository, pinning, install and verify
 paths of the roles run against them. The repository is laid out like NVIDIA's CUDA repository
-(``deb [signed-by=KEYRING] URL/debian12/x86_64/ /``) and signed with a throwaway local key.
+(``deb [signed-by=KEYRING] URL/debian12/x86_64/ /``, ``.../sbsa/`` for arm64) and signed with a
+throwaway local key.
 
 Everything here is idempotent: identical inputs leave every file (and its mtime) untouched, so
 rebuilding on each ``provisioner sim up`` costs a few hashes. The module never prints; it raises
@@ -297,15 +298,22 @@ def _read_manifest(path: Path) -> dict[str, dict[str, str]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def build_flat_repo(debs: Iterable[Path], repo_dir: Path, key: SigningKey) -> None:
+def build_flat_repo(debs: Iterable[Path], repo_dir: Path, key: SigningKey,
+                    architectures: tuple[str, ...] = ("amd64", "all")) -> None:
     """Make ``repo_dir`` a flat apt repository of exactly ``debs``, signed with ``key``.
 
     Writes ``Packages``, ``Packages.gz``, ``Release`` (Origin/Label "gpu-cluster-provisioner
-    simulated mirror"), ``InRelease`` and ``Release.gpg``, plus a ``SIMULATED`` marker. Other
+    simulated mirror", ``Architectures`` the given ones: apt skips a repository whose Release
+    does not list the machine's), ``InRelease`` and ``Release.gpg``, plus a ``SIMULATED``
+    marker. Other
     ``.deb`` files in ``repo_dir`` are removed so the index matches the given set. When the
     indexes are unchanged, ``Release`` keeps its date and the signatures are kept as long as
     they still verify against ``key``.
     """
+    unknown = [arch for arch in architectures if arch not in _ARCHITECTURES]
+    if unknown or not architectures:
+        raise InputError(f"repository architectures {architectures!r}: each must be one of "
+                         f"{', '.join(_ARCHITECTURES)}")
     wanted: dict[str, Path] = {}
     for deb in debs:
         if deb.name in wanted and sha256_file(wanted[deb.name]) != sha256_file(deb):
@@ -329,7 +337,7 @@ def build_flat_repo(debs: Iterable[Path], repo_dir: Path, key: SigningKey) -> No
     _write_if_changed(repo_dir / "Packages.gz", gzip.compress(packages, 9, mtime=0))
 
     release_path = repo_dir / "Release"
-    release = _release_text(repo_dir)
+    release = _release_text(repo_dir, architectures)
     if not (release_path.is_file() and _without_date(release_path.read_bytes())
             == _without_date(release)):
         _write_if_changed(release_path, release)
@@ -349,7 +357,7 @@ def _stanza_filename(stanza: bytes) -> bytes:
     return match.group(1) if match else stanza
 
 
-def _release_text(repo_dir: Path) -> bytes:
+def _release_text(repo_dir: Path, architectures: tuple[str, ...]) -> bytes:
     # A scratch directory holding only the indexes: apt-ftparchive would otherwise also hash
     # the current Release and InRelease files it finds next to them.
     with tempfile.TemporaryDirectory(prefix=".release-", dir=repo_dir) as tmp:
@@ -360,7 +368,7 @@ def _release_text(repo_dir: Path) -> bytes:
             "apt-ftparchive",
             "-o", f"{prefix}::Origin={ORIGIN}",
             "-o", f"{prefix}::Label={ORIGIN}",
-            "-o", f"{prefix}::Architectures=amd64 all",
+            "-o", f"{prefix}::Architectures={' '.join(architectures)}",
             "-o", f"{prefix}::Description=SIMULATED packages for gpu-cluster-provisioner test "
                   "clusters, not NVIDIA software",
             "release", ".",

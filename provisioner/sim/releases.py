@@ -11,6 +11,10 @@ and cached): the version in each name is the upstream version Debian built, whic
 binaries report, so the roles' version checks measure the real thing. Each tarball holds a
 ``SIMULATED`` file that says where its binaries come from. Identical inputs leave every file
 (and its mtime) as it is.
+
+Tarballs are built for linux-amd64, and for linux-arm64 too when asked (an aarch64 node): from
+Debian's arm64 builds, fetched through a private apt state that sees arm64 only (the
+controller's own dpkg architectures and apt lists stay as they are).
 """
 
 from __future__ import annotations
@@ -33,6 +37,16 @@ RELEASES_DIR = "prometheus-releases"
 # Every timestamp inside a tarball: identical inputs give byte-identical tarballs.
 _MTIME = 1704067200  # 2024-01-01T00:00:00Z
 _TIMEOUT_S = 300
+# The architectures tarballs are built for: Debian's names, which are also the Go names the
+# project's tarballs carry (linux-amd64, linux-arm64) and the roles' __*_release_arch.
+ARCHITECTURES = ("amd64", "arm64")
+# The inventory variable that pins each project's tarball sum (the roles' own pins are the
+# project's real sums, per version and architecture, which these builds cannot match).
+SUM_VARIABLES = {
+    "prometheus": "monitoring_prometheus_sha256",
+    "alertmanager": "monitoring_alertmanager_sha256",
+    "node_exporter": "node_health_node_exporter_sha256",
+}
 
 
 @dataclass(frozen=True)
@@ -69,12 +83,20 @@ def tarball_name(project: str, version: str, arch: str = "amd64") -> str:
     return f"{project}-{version}.linux-{arch}.tar.gz"
 
 
-def tarball_sha256(mirror_root: Path, project: str, version: str) -> str:
-    """The SHA-256 of the tarball ``build_releases`` served for ``project`` ``version``: what
-    a site that builds (or checks once and mirrors) its own tarballs pins in its inventory. The
-    roles pin the project's real sums, which these builds cannot match."""
+def tarball_sha256(mirror_root: Path, project: str, version: str, arch: str = "amd64") -> str:
+    """The SHA-256 of the tarball ``build_releases`` served for ``project`` ``version`` and
+    ``arch``: what a site that builds (or checks once and mirrors) its own tarballs pins in its
+    inventory. The roles pin the project's real sums, which these builds cannot match."""
     where = mirror_root / RELEASES_DIR / project / "releases" / "download" / f"v{version}"
-    return hashlib.sha256((where / tarball_name(project, version)).read_bytes()).hexdigest()
+    return hashlib.sha256((where / tarball_name(project, version, arch)).read_bytes()).hexdigest()
+
+
+def release_sums(mirror_root: Path, versions: dict[str, str], arch: str = "amd64"
+                 ) -> dict[str, str]:
+    """The inventory variables that pin the served tarballs of ``arch`` (SUM_VARIABLES), for
+    the hosts of that architecture: ``{"monitoring_prometheus_sha256": "...", ...}``."""
+    return {SUM_VARIABLES[project]: tarball_sha256(mirror_root, project, version, arch)
+            for project, version in versions.items()}
 
 
 def _run(args: list[str], cwd: Path | None = None) -> str:
@@ -89,26 +111,44 @@ def _run(args: list[str], cwd: Path | None = None) -> str:
     return proc.stdout
 
 
-def _deb(package: str, cache: Path) -> Path:
-    """Debian's .deb of ``package``, downloaded into ``cache`` once."""
-    found = sorted(cache.glob(f"{package}_*.deb"))
+def _deb(package: str, cache: Path, arch: str = "amd64") -> Path:
+    """Debian's .deb of ``package`` for ``arch``, downloaded into ``cache`` once."""
+    found = sorted(cache.glob(f"{package}_*_{arch}.deb"))
     if found:
         return found[-1]
     if shutil.which("apt-get") is None:
         raise EnvironmentProblem("apt-get is needed to fetch Debian's Prometheus builds for the "
                                  "simulated EL mirror")
     cache.mkdir(parents=True, exist_ok=True)
+    options = [] if arch == "amd64" else _arch_only_apt(cache, arch)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        _run(["apt-get", "download", "-q", package], cwd=Path(tmp))
-        [deb] = Path(tmp).glob(f"{package}_*.deb")
+        _run(["apt-get", *options, "download", "-q", package], cwd=Path(tmp))
+        [deb] = Path(tmp).glob(f"{package}_*_{arch}.deb")
         return deb.replace(cache / deb.name)
 
 
-def _tarball(project: Project, version: str, deb: Path) -> bytes:
-    top = f"{project.name}-{version}.linux-amd64"
+def _arch_only_apt(cache: Path, arch: str) -> list[str]:
+    """apt-get options for a private apt state under ``cache/apt-<arch>`` that takes the
+    controller's sources but sees ``arch``'s packages only (its own lists, an empty dpkg
+    status), its lists fetched once. The controller's dpkg and apt lists are not touched."""
+    state = cache / f"apt-{arch}"
+    for directory in (state / "lists" / "partial", state / "archives" / "partial"):
+        directory.mkdir(parents=True, exist_ok=True)
+    status = state / "status"
+    status.touch()
+    options = ["-o", f"APT::Architecture={arch}", "-o", f"APT::Architectures={arch}",
+               "-o", f"Dir::State::Lists={state / 'lists'}", "-o", f"Dir::State::status={status}",
+               "-o", f"Dir::Cache={state}", "-o", f"Dir::Cache::archives={state / 'archives'}"]
+    if not any(state.joinpath("lists").glob("*_Packages*")):
+        _run(["apt-get", *options, "update", "-q"])
+    return options
+
+
+def _tarball(project: Project, version: str, deb: Path, arch: str = "amd64") -> bytes:
+    top = f"{project.name}-{version}.linux-{arch}"
     marker = (f"SIMULATED: built by gpu-cluster-provisioner for a simulated cluster, laid out as "
-              f"the Prometheus project's {tarball_name(project.name, version)}.\nThe binaries "
-              f"are Debian's build of {project.name} {version} ({deb.name}).\n").encode()
+              f"the Prometheus project's {tarball_name(project.name, version, arch)}.\nThe "
+              f"binaries are Debian's build of {project.name} {version} ({deb.name}).\n").encode()
     buf = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
         _run(["dpkg-deb", "-x", str(deb), tmp])
@@ -138,23 +178,43 @@ def _write_if_changed(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-def build_releases(mirror_root: Path, cache: Path) -> dict[str, str]:
-    """Write each project's tarball and sha256sums.txt under ``mirror_root/RELEASES_DIR``;
-    return the version of each project (``{"prometheus": "2.42.0", ...}``)."""
+def build_releases(mirror_root: Path, cache: Path,
+                   architectures: tuple[str, ...] = ("amd64",)) -> dict[str, str]:
+    """Write each project's tarball for each of ``architectures`` (amd64; add arm64 for
+    aarch64 nodes: Debian's arm64 builds are fetched for it) and its sha256sums.txt under
+    ``mirror_root/RELEASES_DIR``; return the version of each project (``{"prometheus":
+    "2.42.0", ...}``), which must be the same on every architecture asked for."""
+    unknown = [arch for arch in architectures if arch not in ARCHITECTURES]
+    if unknown or not architectures:
+        raise EnvironmentProblem(f"release tarballs are built for {', '.join(ARCHITECTURES)}, "
+                                 f"not {', '.join(unknown) or 'no architecture'}")
     versions: dict[str, str] = {}
     for project in PROJECTS:
-        deb = _deb(project.package, cache)
-        version = upstream_version(_run(["dpkg-deb", "-f", str(deb), "Version"]).strip())
-        versions[project.name] = version
-        where = mirror_root / RELEASES_DIR / project.name / "releases" / "download" / f"v{version}"
-        name = tarball_name(project.name, version)
-        stamp = cache / f"{name}.from"  # which .deb the served tarball was built from
-        if not ((where / name).is_file() and stamp.is_file() and stamp.read_text() == deb.name):
-            data = _tarball(project, version, deb)
-            _write_if_changed(where / name, data)
-            _write_if_changed(stamp, deb.name.encode())
-        digest = hashlib.sha256((where / name).read_bytes()).hexdigest()
-        _write_if_changed(where / "sha256sums.txt", f"{digest}  {name}\n".encode())
+        for arch in dict.fromkeys(architectures):
+            deb = _deb(project.package, cache, arch)
+            version = upstream_version(_run(["dpkg-deb", "-f", str(deb), "Version"]).strip())
+            if versions.setdefault(project.name, version) != version:
+                raise EnvironmentProblem(
+                    f"Debian's {arch} build of {project.package} is {project.name} {version}, "
+                    f"its {architectures[0]} build is {versions[project.name]}: remove the "
+                    f"older .deb from {cache} to fetch the current one")
+            where = (mirror_root / RELEASES_DIR / project.name / "releases" / "download"
+                     / f"v{version}")
+            name = tarball_name(project.name, version, arch)
+            stamp = cache / f"{name}.from"  # which .deb the served tarball was built from
+            if not ((where / name).is_file() and stamp.is_file()
+                    and stamp.read_text() == deb.name):
+                data = _tarball(project, version, deb, arch)
+                _write_if_changed(where / name, data)
+                _write_if_changed(stamp, deb.name.encode())
+        # One line per tarball served, as the project's own sha256sums.txt lists every
+        # platform's.
+        where = (mirror_root / RELEASES_DIR / project.name / "releases" / "download"
+                 / f"v{versions[project.name]}")
+        served = sorted(where.glob(f"{project.name}-{versions[project.name]}.linux-*.tar.gz"))
+        _write_if_changed(where / "sha256sums.txt", "".join(
+            f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path.name}\n"
+            for path in served).encode())
     return versions
 
 

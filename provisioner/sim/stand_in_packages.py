@@ -7,13 +7,17 @@ simulated tools (``provisioner.sim.tools``, bundled by ``provisioner.sim.bundle`
 nv-hostengine (idle daemons), nvcc --version, nvidia-ctk (CDI spec), dcgmi diag and health,
 dcgm-exporter (a /metrics server), plus the version headers (cudnn_version.h, nccl.h) the verify
 steps read.
+
+The repositories serve amd64 (NVIDIA's ``x86_64`` directories) and, when asked, arm64 too (its
+``sbsa`` directories and ``libnvidia-container/stable/deb/arm64``): the same stand-ins built for
+arm64, which run unchanged on an aarch64 node (they are Python and shell).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,18 @@ from provisioner.sim.tools.node import MODULE_VERSION_FILE, load_module_sh
 
 CTK_REPO = "libnvidia-container/stable/deb/amd64"
 KEY_PATH = "keys/mirror.asc"
+
+# The Debian architectures the mirror can serve, and the directory NVIDIA's CUDA repositories
+# keep each in: x86_64, and sbsa for Arm servers (stacks.yml's repository notes: "use sbsa in
+# place of x86_64 on Arm servers"; roles/nvidia_repo/vars/main.yml maps aarch64 to sbsa; public
+# install scripts fetch developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/sbsa/
+# cuda-keyring_1.1-1_all.deb on arm64).
+CUDA_ARCH_DIRS: dict[str, str] = {"amd64": "x86_64", "arm64": "sbsa"}
+# The multiarch triplet in the paths NVIDIA's Debian packages install headers under
+# (/usr/include/<triplet>/cudnn_version_v9.h): Debian's for each architecture. aarch64-linux-gnu
+# is what public setups of NVIDIA's arm64 cuDNN 9 packages read (JetPack's builds); for the
+# sbsa build it is unconfirmed here, taken from the same multiarch rule roles/cudnn reads.
+TRIPLETS: dict[str, str] = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 
 def _upstream(version: str) -> str:
@@ -240,9 +256,40 @@ OS_DIRS: dict[str, str] = {**APT_OS_DIRS, "rhel9": "dnf"}
 Key = tuple[str, str]
 
 
-def cuda_repo(os_dir: str) -> str:
-    """Where NVIDIA keeps an OS's CUDA repository, relative to the mirror root."""
-    return f"cuda/{os_dir}/x86_64"
+def _check_architecture(architecture: str) -> None:
+    if architecture not in CUDA_ARCH_DIRS:
+        raise InputError(f"the simulated mirror has no {architecture!r} repositories; choose "
+                         f"one of {', '.join(CUDA_ARCH_DIRS)}")
+
+
+def cuda_repo(os_dir: str, architecture: str = "amd64") -> str:
+    """Where NVIDIA keeps an OS's CUDA repository for a Debian architecture, relative to the
+    mirror root (``cuda/debian12/x86_64``, ``cuda/debian12/sbsa``)."""
+    _check_architecture(architecture)
+    return f"cuda/{os_dir}/{CUDA_ARCH_DIRS[architecture]}"
+
+
+def ctk_repo(architecture: str = "amd64") -> str:
+    """The container toolkit's apt repository for a Debian architecture, relative to the mirror
+    root. NVIDIA's source list names it ``stable/deb/$(ARCH)`` (apt puts in the Debian
+    architecture), and NVIDIA/libnvidia-container's gh-pages branch holds ``stable/deb/amd64``
+    and ``stable/deb/arm64`` (at 69f4ab797b0c6df3892f9136f7c734dac72d67fe:
+    stable/deb/arm64/libnvidia-container-tools_1.20.1-1_arm64.deb beside
+    stable/deb/amd64/libnvidia-container-tools_1.20.1-1_amd64.deb)."""
+    _check_architecture(architecture)
+    return f"libnvidia-container/stable/deb/{architecture}"
+
+
+def for_architecture(pkg: SimPackage, architecture: str) -> SimPackage:
+    """``pkg`` (built as amd64) as the same package for ``architecture``: its Architecture
+    field, and the multiarch triplet of any path that embeds it."""
+    _check_architecture(architecture)
+    if pkg.architecture in ("all", architecture):
+        return pkg
+    native, wanted = f"/{TRIPLETS[pkg.architecture]}/", f"/{TRIPLETS[architecture]}/"
+    return replace(pkg, architecture=architecture,
+                   files={path.replace(native, wanted): data for path, data in pkg.files.items()},
+                   modes={path.replace(native, wanted): mode for path, mode in pkg.modes.items()})
 
 
 def _split(version: str) -> tuple[str, str, str]:
@@ -331,18 +378,23 @@ def _with_decoys(pins: Mapping[Key, tuple[str, str | None, dict[str, str]]]
     return list(out.values())
 
 
-def all_packages(matrix: StackMatrix, os_dir: str = "debian12"
+def all_packages(matrix: StackMatrix, os_dir: str = "debian12", architecture: str = "amd64"
                  ) -> tuple[list[SimPackage], list[SimPackage]]:
-    """(CUDA-repo packages, container-toolkit-repo packages) of ``os_dir``'s repositories: the
-    apt (dnf for rhel9) pins of every stack of that OS (both driver flavours, the fabric
-    manager), each with an older and a newer release beside it, and the unpinned
-    dcgm-exporter and nvlsm."""
+    """(CUDA-repo packages, container-toolkit-repo packages) of ``os_dir``'s repositories for
+    a Debian ``architecture``: the apt (dnf for rhel9) pins of every stack of that OS (both
+    driver flavours, the fabric manager), each with an older and a newer release beside it,
+    and the unpinned dcgm-exporter and nvlsm."""
     if os_dir not in OS_DIRS:
         raise InputError(f"the simulated mirror has no {os_dir!r} repository; choose one "
                          f"of {', '.join(OS_DIRS)}")
+    _check_architecture(architecture)
     pins = _pins(matrix, os_dir)
     unpinned = [dcgm_exporter_package(), nvlsm_package()]
-    return [*unpinned, *_with_decoys(pins["cuda"])], _with_decoys(pins["ctk"])
+    cuda, ctk = [*unpinned, *_with_decoys(pins["cuda"])], _with_decoys(pins["ctk"])
+    if architecture == "amd64":
+        return cuda, ctk
+    return ([for_architecture(p, architecture) for p in cuda],
+            [for_architecture(p, architecture) for p in ctk])
 
 
 @dataclass(frozen=True)
@@ -351,26 +403,47 @@ class Mirror:
     fingerprint: str
     # The release tarballs it serves (EL clusters): project -> version (sim/releases.py).
     releases: Mapping[str, str] = field(default_factory=dict)
+    # The Debian architectures its apt repositories serve.
+    architectures: tuple[str, ...] = ("amd64",)
 
 
-def build_mirror(root: Path, stacks_file: Path, rpm: bool = False) -> Mirror:
+def build_mirror(root: Path, stacks_file: Path, rpm: bool = False,
+                 architectures: Sequence[str] = ("amd64",)) -> Mirror:
     """Build (or refresh, cheaply) the signed simulated mirror under root; with ``rpm``, its
-    rpm repositories too (they need rpmbuild and createrepo_c on the controller)."""
+    rpm repositories too (they need rpmbuild and createrepo_c on the controller). The apt
+    repositories serve ``architectures`` (amd64; add arm64 for aarch64 nodes: as many packages
+    again to build, so only when a node needs them)."""
+    arches = tuple(dict.fromkeys(architectures))
+    if not arches:
+        raise InputError("the simulated mirror needs at least one architecture")
+    for architecture in arches:
+        _check_architecture(architecture)
     matrix = load_matrix(stacks_file)
     key = ensure_signing_key(root.parent / "mirror-key")
     pool = root.parent / "mirror-pool"
-    cuda_by_os: dict[str, list[SimPackage]] = {}
-    ctk_union: dict[str, SimPackage] = {}
-    for os_dir in APT_OS_DIRS:
-        cuda_pkgs, ctk_pkgs = all_packages(matrix, os_dir)
-        cuda_by_os[os_dir] = cuda_pkgs
-        ctk_union.update((p.deb_filename, p) for p in ctk_pkgs)
-    cuda_union = {p.deb_filename: p for pkgs in cuda_by_os.values() for p in pkgs}
+    # Repository (relative to root) -> its architecture and packages.
+    cuda_repos: dict[str, tuple[str, list[SimPackage]]] = {}
+    ctk_repos: dict[str, tuple[str, dict[str, SimPackage]]] = {}
+    for architecture in arches:
+        ctk_pkgs_of_arch: dict[str, SimPackage] = {}
+        for os_dir in APT_OS_DIRS:
+            cuda_pkgs, ctk_pkgs = all_packages(matrix, os_dir, architecture)
+            cuda_repos[cuda_repo(os_dir, architecture)] = (architecture, cuda_pkgs)
+            ctk_pkgs_of_arch.update((p.deb_filename, p) for p in ctk_pkgs)
+        ctk_repos[ctk_repo(architecture)] = (architecture, ctk_pkgs_of_arch)
+    # One build per pool (a .deb's name carries its architecture), then each repository.
+    cuda_union = {p.deb_filename: p for _arch, pkgs in cuda_repos.values() for p in pkgs}
     cuda_debs = dict(zip(cuda_union, build_packages(cuda_union.values(), pool / "cuda"),
                          strict=True))
-    for os_dir, pkgs in cuda_by_os.items():
-        build_flat_repo([cuda_debs[p.deb_filename] for p in pkgs], root / cuda_repo(os_dir), key)
-    build_flat_repo(build_packages(ctk_union.values(), pool / "ctk"), root / CTK_REPO, key)
+    for repo, (architecture, pkgs) in cuda_repos.items():
+        build_flat_repo([cuda_debs[p.deb_filename] for p in pkgs], root / repo, key,
+                        (architecture, "all"))
+    ctk_union = {name: p for _arch, pkgs in ctk_repos.values() for name, p in pkgs.items()}
+    ctk_debs = dict(zip(ctk_union, build_packages(ctk_union.values(), pool / "ctk"),
+                        strict=True))
+    for repo, (architecture, by_name) in ctk_repos.items():
+        build_flat_repo([ctk_debs[name] for name in by_name], root / repo, key,
+                        (architecture, "all"))
     if rpm:
         from provisioner.sim.rpmrepo import build_rpm_mirror
 
@@ -381,4 +454,4 @@ def build_mirror(root: Path, stacks_file: Path, rpm: bool = False) -> Mirror:
     armored = key.armored.read_bytes()
     if not keyfile.is_file() or keyfile.read_bytes() != armored:
         keyfile.write_bytes(armored)
-    return Mirror(root=root, fingerprint=key.fingerprint)
+    return Mirror(root=root, fingerprint=key.fingerprint, architectures=arches)
