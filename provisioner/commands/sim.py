@@ -74,6 +74,10 @@ def add_parser(sub: argparse._SubParsersAction[_Parser]) -> _Parser:
                        metavar="OS",
                        help="the OS of every node: %(choices)s (default debian12); the others "
                        "are imitated on a Debian userland")
+    simup.add_argument("--arch", default="amd64", choices=["amd64", "arm64"],
+                       help="the nodes' architecture: amd64 (default) or arm64, emulated with "
+                       "qemu-user-static (registers qemu-aarch64 in binfmt_misc; Debian nodes "
+                       "only; Ansible runs several times slower on them)")
     simsub.add_parser("down", help="remove the simulated cluster's containers and network")
     simexec = simsub.add_parser("executors", help="replace the simulated executors (for `up "
                                 "--executors`) beside the running simulated cluster")
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("sim up: --nodes must be between 1 and 64")
     cpu_nodes = 1 if args.nodes >= 2 else 0
     spec = cluster.SimSpec(gpu_nodes=args.nodes - cpu_nodes, cpu_nodes=cpu_nodes,
-                           profile=args.profile, faults=tuple(args.fault), os=args.os)
+                           profile=args.profile, faults=tuple(args.fault), os=args.os,
+                           arch=args.arch)
     inv_dir = Path(args.inventory_dir) if args.inventory_dir else (
         workspace_root() / "inventories" / "sim")
     sc = cluster.up(spec, inv_dir, profiles[args.profile].sim_json(),

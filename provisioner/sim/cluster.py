@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import socket
 import subprocess
 import tarfile
@@ -49,7 +48,8 @@ from provisioner.sim.faults import (
     tc_command,
     validate,
 )
-from provisioner.sim.image import ensure_image
+from provisioner.sim.image import NodeImage, ensure_image, image_for
+from provisioner.sim.kernel_packages import kernel_debs_dir
 from provisioner.sim.mirror import SimPackage, build_packages
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
 from provisioner.sim.stand_in_packages import Mirror, build_mirror
@@ -89,6 +89,9 @@ class SimSpec:
     # The OS every node runs (image.NODE_OSES): debian12 is the Debian `suite`; the others
     # are imitated on a Debian userland (provisioner/sim/image.py).
     os: str = "debian12"
+    # The nodes' Debian architecture: amd64 (this machine's), or arm64, run through
+    # qemu-user-static (image.py): Ansible sees aarch64 nodes and NVIDIA's sbsa repositories.
+    arch: str = "amd64"
 
     def digest(self) -> str:
         """The cluster's shape: nodes, profile, OS. Faults are not part of it: `sim up` with
@@ -98,6 +101,8 @@ class SimSpec:
                                 NODE_RUNTIME]
         if self.os != "debian12":
             fields.append(self.os)
+        if self.arch != "amd64":
+            fields.append(self.arch)
         return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:12]
 
     def image_key(self) -> str:
@@ -240,6 +245,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     names = spec.node_names()
     validate(spec.faults, profile_json, [name for name, group in names if group == "gpu_nodes"],
              [name for name, group in names if group != "gpu_nodes"])
+    image_for(spec.image_key(), spec.arch)  # refuses an OS not imitated on that architecture
     podman.check_usable()
     say = progress or (lambda _msg: None)
     # SSH material lives outside the inventory directory: Ansible parses every file in it.
@@ -251,8 +257,10 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     if stopped is not None:
         return _reuse(cluster, stopped, keydir, profile_json, say)
     clear_stale(say)
-    image = ensure_image(spec.image_key())
-    say(f"node image {image.name}")
+    image = ensure_image(spec.image_key(), spec.arch)
+    say(f"node image {image.name}" + (f" ({spec.arch}, emulated)" if image.emulated else ""))
+    # The mirror serves files to the nodes: it runs natively whatever the nodes' architecture.
+    mirror_image = ensure_image(spec.image_key()) if image.emulated else image
     podman.run(["network", "create", *_labels(spec), NETWORK])
     fixed = _fixed_addresses([name for name, _group in spec.node_names()])
     client_key = _ensure_client_key(keydir)
@@ -260,12 +268,12 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     mirror = _build_mirror(spec)
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
     apply_mirror_faults(spec, say)
-    _start_mirror(spec, image.name, fixed[MIRROR])
+    _start_mirror(spec, mirror_image.name, fixed[MIRROR])
     if profile_json.get("multi_node_nvlink"):
         # One NVLink domain: every GPU node's address in IMEX's node list.
         profile_json = dict(profile_json, imex_nodes=[
             fixed[name] for name, group in names if group == "gpu_nodes"])
-    known_hosts = _create_nodes(spec, image.name, fixed, client_key, kernel, profile_json, say)
+    known_hosts = _create_nodes(spec, image, fixed, client_key, kernel, profile_json, say)
     cluster.addresses = _addresses(spec)
     lines = [f"{name},{cluster.addresses[name]} {pub}" for name, pub in known_hosts]
     (keydir / "known_hosts").write_text("\n".join(lines) + "\n")
@@ -298,7 +306,7 @@ def _reuse(cluster: SimCluster, stopped: list[str], keydir: Path,
     return cluster
 
 
-def _create_nodes(spec: SimSpec, image: str, fixed: Mapping[str, str], client_key: Path,
+def _create_nodes(spec: SimSpec, image: NodeImage, fixed: Mapping[str, str], client_key: Path,
                   kernel: str, profile_json: Mapping[str, Any],
                   say: Progress) -> list[tuple[str, str]]:
     """Create and start every node of ``spec`` from ``image`` at its fixed address; return
@@ -316,7 +324,7 @@ def _create_nodes(spec: SimSpec, image: str, fixed: Mapping[str, str], client_ke
                     "--ip", fixed[name], *_labels(spec), "--systemd=always", "--privileged",
                     # A node that reboots comes back (`podman stop` and `kill` stay stopped).
                     "--restart=always",
-                    "--tmpfs", "/tmp", image])
+                    "--tmpfs", "/tmp", *image.run_options(), image.name])
         podman.copy_into(name, payload)
         podman.run(["start", name])
         known_hosts.append((name, host_pub))
@@ -337,34 +345,19 @@ def _say_slowed(spec: SimSpec, say: Progress) -> None:
 # The kernel's own packages as a Debian or Ubuntu node has them (the image has none): the running
 # kernel's image and headers and the metapackages that upgrade them (linux-image-amd64 on
 # Debian, linux-image-generic on Ubuntu), so what the roles read and hold through dpkg is there.
-# Empty stand-ins: the files (/boot/vmlinuz-K, the headers) come with sim_files.
-KERNEL_FLAVOUR = {"debian": "amd64", "ubuntu": "generic"}
+def kernel_packages(os_name: str, kernel: str, architecture: str = "amd64") -> list[SimPackage]:
+    """The stand-in kernel packages of a Debian-family node (none for an rpm-based one); the
+    files (/boot/vmlinuz-K, the headers) come with sim_files (sim/kernel_packages.py)."""
+    from provisioner.sim import kernel_packages as stand_ins
 
-
-def kernel_packages(os_name: str, kernel: str) -> list[SimPackage]:
-    """The stand-in kernel packages of a Debian-family node (none for an rpm-based one)."""
-    flavour = next((f for prefix, f in KERNEL_FLAVOUR.items() if os_name.startswith(prefix)), None)
-    if flavour is None:
-        return []
-    release = kernel.lower()
-    # A kernel release carries no Debian revision: the stand-ins claim version 1 of it.
-    version = re.sub(r"[^0-9A-Za-z.+~]", ".", release.split("-", 1)[0]) + "-1"
-    what = "SIMULATED stand-in: no kernel inside"
-    return [
-        SimPackage(name=f"linux-image-{release}", version=version, description=what),
-        SimPackage(name=f"linux-headers-{release}", version=version, description=what),
-        SimPackage(name=f"linux-image-{flavour}", version=version, description=what,
-                   depends=(f"linux-image-{release}",)),
-        SimPackage(name=f"linux-headers-{flavour}", version=version, description=what,
-                   depends=(f"linux-headers-{release}",)),
-    ]
+    return stand_ins.kernel_packages(os_name, kernel, architecture)
 
 
 def _install_kernel_packages(spec: SimSpec, kernel: str, say: Progress) -> None:
-    packages = kernel_packages(spec.os, kernel)
+    packages = kernel_packages(spec.os, kernel, spec.arch)
     if not packages:
         return
-    debs = build_packages(packages, sim_state_dir() / "kernel-debs" / spec.os)
+    debs = build_packages(packages, kernel_debs_dir(sim_state_dir(), spec.os, spec.arch))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         _add_dir(tar, "var/cache/gpu-sim/kernel", 0o755)
@@ -398,11 +391,12 @@ def _build_mirror(spec: SimSpec) -> Mirror:
     from provisioner.matrix import STACKS_FILE
 
     # The rpm repositories need rpmbuild and createrepo_c: built for Rocky nodes only.
-    mirror = build_mirror(mirror_dir(), STACKS_FILE, rpm=spec.os == "rocky9")
+    mirror = build_mirror(mirror_dir(), STACKS_FILE, rpm=spec.os == "rocky9",
+                          architectures=tuple(dict.fromkeys(("amd64", spec.arch))))
     if spec.os in EPEL_ONLY_OSES:
         # Prometheus, Alertmanager and node_exporter as release tarballs (no EL package).
         mirror = Mirror(mirror.root, mirror.fingerprint,
-                        build_releases(mirror_dir(), _release_debs()))
+                        build_releases(mirror_dir(), _release_debs()), mirror.architectures)
     return mirror
 
 

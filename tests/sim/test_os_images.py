@@ -71,3 +71,32 @@ def test_a_debian_os_name_builds_from_its_suite(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(RuntimeError, match="stop here"):
         image_mod.ensure_image("debian13")
     assert built == ["trixie"]
+
+
+def test_spec_digest_changes_with_the_architecture_only_off_amd64() -> None:
+    """An arm64 cluster is another cluster (other image, nodes, mirror architectures); an amd64
+    one keeps the digest it always had, so running clusters are reused."""
+    assert SimSpec(arch="amd64").digest() == SimSpec().digest()
+    assert SimSpec(arch="arm64").digest() != SimSpec().digest()
+    assert SimSpec(arch="arm64", os="ubuntu2404").digest() != SimSpec(os="ubuntu2404").digest()
+
+
+def test_sim_up_refuses_an_unknown_architecture_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "up", "--arch", "ppc64el"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--arch" in err[0] and "arm64" in err[0]
+
+
+def test_an_arm64_rocky_cluster_is_refused_before_anything_starts(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from provisioner.sim import podman
+
+    def no_podman(*args: object, **kwargs: object) -> None:
+        raise AssertionError("podman must not be touched")
+
+    monkeypatch.setattr(podman, "run", no_podman)
+    monkeypatch.setattr(podman, "check_usable", lambda: None)
+    assert main(["sim", "up", "--arch", "arm64", "--os", "rocky9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arm64" in err[0] and "rocky9" in err[0], err

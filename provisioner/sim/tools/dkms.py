@@ -70,7 +70,9 @@ from provisioner.sim.tools.node import MODULE_FLAVOR_FILE, read_text, sim_path
 TREE = "/var/lib/dkms"
 SOURCES = "/usr/src"
 MODULES = "/lib/modules"
-ARCH = "x86_64"
+# The machine dkms builds for, as `uname -m` names it (x86_64; aarch64 on an arm64 node, where
+# qemu-user answers uname as the emulated machine).
+ARCH = os.uname().machine
 
 
 # (ID, VERSION_ID) of /etc/os-release -> the dkms version that OS ships. Rocky imitates RHEL 9
