@@ -315,6 +315,8 @@ def _create_nodes(spec: SimSpec, image: NodeImage, fixed: Mapping[str, str], cli
     # EL nodes run Debian's builds of Prometheus' programs from the simulated release tarballs:
     # the data files those builds read (upstream's builds embed them) go where they look.
     extra = runtime_files(_release_debs()) if spec.os in EPEL_ONLY_OSES else {}
+    if image.emulated:
+        extra = {**extra, **EMULATED_SERVICE_FILES}
     for name, group in spec.node_names():
         host_pub, payload = _node_payload(name, group, client_key, kernel, profile_json, spec,
                                           extra)
@@ -502,6 +504,17 @@ def _node_payload(name: str, group: str, client_key: Path, kernel: str,
             _add_file(tar, path, data, 0o644)
     return host_pub, buf.getvalue()
 
+
+# Every service of an emulated node (systemd's top-level service.d drop-ins, systemd 244+):
+# qemu-user cannot give a service a user namespace of its own (systemd fails "Failed to set up
+# user namespacing: Invalid argument", status 217/USER; seen with Debian's prometheus.service,
+# PrivateUsers=true) nor load credentials (the image empties LoadCredential= for the units it
+# has; this covers those installed later). What the units ask for stays otherwise as shipped.
+EMULATED_SERVICE_FILES = {
+    "etc/systemd/system/service.d/50-gpuc-emulated.conf":
+        b"# SIMULATED emulated node (gpu-cluster-provisioner): see provisioner/sim/cluster.py\n"
+        b"[Service]\nPrivateUsers=no\nLoadCredential=\n",
+}
 
 BINFMT_UNITS = ("systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount",
                 "proc-sys-fs-binfmt_misc.mount")

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 # Modules that build clusters of another shape (other OS, other node count): they run after
 # every module of the shared cluster, which they replace.
 OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py",
-                       "test_multi_node_nvlink_e2e.py", "test_roce_e2e.py")
+                       "test_multi_node_nvlink_e2e.py", "test_roce_e2e.py", "test_arm64_e2e.py")
 
 
 # The extended tier (`make e2e-extended`, not part of `make test`): `make test` must finish
@@ -71,6 +71,8 @@ EXTENDED = (
     "test_multi_node_nvlink_e2e.py",
     # 4-6 (estimated before its first run): a RoCE cluster of its own, two `up`s and a validate
     "test_roce_e2e.py",
+    # an emulated arm64 node of its own (qemu-user-static): its image, one `up`
+    "test_arm64_e2e.py",
 )
 
 
