@@ -98,8 +98,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.modsign import (
-    SECURE_BOOT_VAR,
-    secure_boot_state,
+    read_secure_boot,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.preflight import (
     evaluate,
@@ -161,17 +160,6 @@ def disk(paths):
             continue
         out.append({"path": path, "free_gb": round(st.f_bavail * st.f_frsize / 1e9, 1)})
     return out
-
-
-def secure_boot(efivars_root):
-    """enabled, disabled, not-efi (no EFI variables: the directory is missing) or unknown."""
-    if not os.path.isdir(efivars_root):
-        return "not-efi"
-    try:
-        with open(os.path.join(efivars_root, SECURE_BOOT_VAR), "rb") as fh:
-            return secure_boot_state(fh.read())
-    except OSError:
-        return "unknown"
 
 
 def _read_pci_sysfs(root):
@@ -281,7 +269,7 @@ def main():
         "os_id": os_id, "os_version": version, "os_dir": os_dir(os_id, version),
         "architecture": platform.machine(),
         "kernel": kernel, "kernel_headers": kernel_headers(module, kernel),
-        "disk": disk(p["disk_paths"]), "secure_boot": secure_boot(p["efivars_root"]),
+        "disk": disk(p["disk_paths"]), "secure_boot": read_secure_boot(p["efivars_root"]),
         "pci_devices": devices, "pci_source": source, "time_sync": time_sync(module),
         "host_firewall": host_firewall(module),
     }

@@ -85,26 +85,15 @@ from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.
     release_key,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.modsign import (
-    SECURE_BOOT_VAR,
     judge,
     module_name,
     parse_modinfo,
     parse_subject_cn,
     parse_test_key,
-    secure_boot_state,
+    read_secure_boot,
 )
 
 _SBIN = ["/sbin", "/usr/sbin", "/usr/local/sbin"]
-
-
-def read_secure_boot(efivars_root):
-    if not os.path.isdir(efivars_root):
-        return "not-efi"
-    try:
-        with open(os.path.join(efivars_root, SECURE_BOOT_VAR), "rb") as fh:
-            return secure_boot_state(fh.read())
-    except OSError:
-        return "unknown"
 
 
 def module_files(modules_root):

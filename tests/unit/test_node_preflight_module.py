@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import sys
 from pathlib import Path, PurePath
 from types import SimpleNamespace
 from typing import IO, Any
@@ -129,6 +130,10 @@ def run(monkeypatch: pytest.MonkeyPatch, node: Node, check_mode: bool = False,
     monkeypatch.setattr(npf, "AnsibleModule", FakeAnsibleModule)
     monkeypatch.setattr(npf, "os", fake_os)
     monkeypatch.setattr(npf, "open", fake_open, raising=False)
+    # Secure Boot is read by module_utils' modsign, with the same view of the node.
+    modsign = sys.modules[npf.read_secure_boot.__module__]
+    monkeypatch.setattr(modsign, "os", fake_os)
+    monkeypatch.setattr(modsign, "open", fake_open, raising=False)
     monkeypatch.setattr(npf, "platform", SimpleNamespace(release=lambda: KERNEL,
                                                          machine=lambda: node.machine))
     with pytest.raises(Exited) as done:

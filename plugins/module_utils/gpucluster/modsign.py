@@ -16,6 +16,7 @@ only, Python 3.6+ syntax tolerant (runs on managed nodes).
 
 from __future__ import annotations
 
+import os
 import re
 
 from .checks import FAIL, PASS, WARN, check_result
@@ -42,6 +43,18 @@ def secure_boot_state(data):
     if data is None or len(data) < 5:
         return "unknown"
     return "enabled" if data[4:5] == b"\x01" else "disabled"
+
+
+def read_secure_boot(efivars_root):
+    """enabled, disabled, not-efi (no EFI variables: the directory is missing) or unknown, from
+    the SecureBoot variable under ``efivars_root`` (efivarfs)."""
+    if not os.path.isdir(efivars_root):
+        return "not-efi"
+    try:
+        with open(os.path.join(efivars_root, SECURE_BOOT_VAR), "rb") as fh:
+            return secure_boot_state(fh.read())
+    except OSError:
+        return "unknown"
 
 
 def module_name(filename):
