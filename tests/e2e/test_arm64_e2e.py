@@ -51,5 +51,7 @@ def test_up_installs_from_the_sbsa_repository_and_validates(cli: Cli, arm64: Pat
                          "cuda-drivers* nvidia-container-toolkit-base 2>/dev/null").stdout
     assert arches and all(line.split()[-1] in ("arm64", "all") for line in arches.splitlines()), \
         arches
-    gpu = [c for c in report["checks"] if c["host"] == NODE and c["phase"] == "validate"]
-    assert gpu and not [c for c in gpu if c["status"] == "fail"], gpu
+    assert report["outcome"] == "passed", report["outcome"]
+    gpu = [c for c in report["checks"] if c["host"] == NODE and c["phase"] == "gpu_validate"]
+    assert len([c for c in gpu if c["status"] == "pass"]) >= 4, gpu  # e.g. gpu_count, each GPU
+    assert not [c for c in gpu if c["status"] == "fail"], gpu
