@@ -7,8 +7,11 @@ set -euo pipefail
 # prometheus: for promtool (make test checks and unit-tests the monitoring role's rules).
 # rpm, createrepo-c: the simulated mirror's rpm repository for imitated Rocky 9 nodes.
 # chromium: the monitoring e2e test screenshots Prometheus' alerts page with it (headless).
+# kmod: real modinfo reads the simulated dkms' signed modules in tests/sim.
+# qemu-user-static, binfmt-support: arm64 simulated nodes (`sim up --arch arm64`).
 PACKAGES=(podman runc netavark aardvark-dns iptables debootstrap gnupg dpkg-dev apt-utils
-          openssh-client make curl prometheus rpm createrepo-c chromium)
+          openssh-client make curl prometheus rpm createrepo-c chromium kmod
+          qemu-user-static binfmt-support)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
