@@ -126,6 +126,14 @@ def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool
                              planned, completed)
     loaded = _measured(drv, "loaded")
     if str(drv.get("reboot_required")).lower() == "true":
+        refused = [str(c.get("name")) for c in drv.get("signature_checks") or []
+                   if isinstance(c, Mapping) and c.get("status") == "fail"]
+        if refused and str(drv.get("secure_boot")) == "enabled":
+            # A reboot alone does not help: the kernel refuses the module again.
+            return Check(host, "stack", "driver_loaded", "fail", loaded or "none", planned,
+                         "installed driver is not loaded, and with Secure Boot on the kernel "
+                         "loads it only once its modules are signed by an enrolled key (see "
+                         f"{', '.join(refused)}); reboot after that")
         return Check(host, "stack", "driver_loaded", "fail", loaded or "none", planned,
                      "installed driver is not loaded: reboot the node "
                      "(rerun `provisioner up --reboot` to let the provisioner do it)")

@@ -291,3 +291,29 @@ def test_a_node_without_nvswitches_gets_every_check_but_the_fabric_managers(
     assert names == {"driver_loaded", "driver", "driver_kernels", "nvcc_release", "cuda_toolkit",
                      "cudnn", "nccl", "container_toolkit", "dcgm", "cdi_devices",
                      "nccl_consistent"}
+
+
+def test_a_driver_secure_boot_refuses_says_why_a_reboot_alone_does_not_load_it(
+        two: plan_mod.ClusterPlan) -> None:
+    reports = role_reports()
+    kernel_check = {"name": "module_signatures:6.1.0-18-amd64", "status": "fail",
+                    "measured": {"nvidia": "DKMS module signing key"},
+                    "expected": "every NVIDIA module signed by an enrolled key",
+                    "detail": "kernel 6.1.0-18-amd64: nvidia signed by 'DKMS module signing "
+                              "key', whose certificate /var/lib/dkms/mok.pub is not enrolled"}
+    reports["gpu-b"]["nvidia_driver"].update(loaded="", reboot_required=True,
+                                             secure_boot="enabled",
+                                             signature_checks=[kernel_check])
+    # Secure Boot off: the signatures are reported, a reboot is what the node needs.
+    reports["gpu-a"]["nvidia_driver"].update(
+        loaded="", reboot_required=True, secure_boot="disabled",
+        signature_checks=[dict(kernel_check, status="pass")])
+    checks = judge(two, reports)
+    status, measured, _expected, detail = fields(checks[("gpu-b", "driver_loaded")])
+    assert (status, measured) == ("fail", "none")
+    assert detail == ("installed driver is not loaded, and with Secure Boot on the kernel loads "
+                      "it only once its modules are signed by an enrolled key (see "
+                      "module_signatures:6.1.0-18-amd64); reboot after that")
+    assert fields(checks[("gpu-b", "module_signatures:6.1.0-18-amd64")])[0] == "fail"
+    assert fields(checks[("gpu-a", "driver_loaded")])[3].startswith(
+        "installed driver is not loaded: reboot the node")
