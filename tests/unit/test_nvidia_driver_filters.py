@@ -26,6 +26,7 @@ stands = load_plugin("filter", "nvidia_driver_reading_stands")
 kernels = load_plugin("filter", "nvidia_driver_kernels")
 ours = load_plugin("filter", "nvidia_driver_kernel_ours")
 dkms_errors = load_plugin("filter", "nvidia_driver_dkms_errors")
+mok_to_import = load_plugin("filter", "nvidia_driver_mok_to_import")
 
 # A task whose `when` was false, and a loop over no items.
 SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False",
@@ -278,6 +279,7 @@ def test_dkms_errors_leave_their_inputs_alone() -> None:
     (kernels, ["nvidia_driver_kernels"]),
     (ours, ["nvidia_driver_kernel_ours"]),
     (dkms_errors, ["nvidia_driver_dkms_errors"]),
+    (mok_to_import, ["nvidia_driver_mok_to_import"]),
 ])
 def test_each_filter_is_registered_under_its_name(mod: Any, names: list[str]) -> None:
     registry = mod.FilterModule().filters()
@@ -299,7 +301,8 @@ def test_the_driver_roles_variables_call_the_filters_and_hold_no_rule_of_their_o
                       ("__nvidia_driver_dkms_before", "unless_skipped"),
                       ("__nvidia_driver_dkms_last", "unless_skipped"),
                       ("__nvidia_driver_dkms_errors", "nvidia_driver_dkms_errors"),
-                      ("__nvidia_driver_probe", "unless_skipped")]:
+                      ("__nvidia_driver_probe", "unless_skipped"),
+                      ("__nvidia_driver_mok_to_import", "nvidia_driver_mok_to_import")]:
         assert f"gpucluster.provisioner.{flt}(" in role_vars[name], name
     # A variable's template is a reference or filter calls: no branch, test or list comprehension.
     rule = re.compile(r"\b(if|else|and|or|not|is|select|reject|selectattr|rejectattr|map|unique)\b")
@@ -307,3 +310,25 @@ def test_the_driver_roles_variables_call_the_filters_and_hold_no_rule_of_their_o
                  if isinstance(value, str) and "{{" in value}
     assert len(templates) >= 12
     assert {name: rule.findall(value) for name, value in templates.items() if rule.search(value)} == {}
+
+
+# --- nvidia_driver_mok_to_import ---------------------------------------------------------------
+
+def test_only_certificates_of_keys_neither_enrolled_nor_requested_are_imported() -> None:
+    signatures = {"secure_boot": "enabled", "keys": {
+        "DKMS module signing key": {"certificate": "/var/lib/dkms/mok.pub",
+                                    "enrolment": "not-enrolled"},
+        "Ubuntu MOK": {"certificate": "/var/lib/shim-signed/mok/MOK.der",
+                       "enrolment": "pending"},
+        "Another": {"certificate": "/etc/site/key.der", "enrolment": "enrolled"},
+        "Twice": {"certificate": "/var/lib/dkms/mok.pub", "enrolment": "not-enrolled"},
+        "Unread": {"certificate": None, "enrolment": "not-enrolled"},
+        "Unknown": {"certificate": "/etc/x.der", "enrolment": "unknown"},
+    }}
+    assert mok_to_import.nvidia_driver_mok_to_import(signatures) == ["/var/lib/dkms/mok.pub"]
+
+
+@pytest.mark.parametrize("signatures", [{}, None, {"keys": None}, {"keys": ["x"]},
+                                        {"keys": {"k": "not a mapping"}}])
+def test_no_keys_means_nothing_to_import(signatures: Any) -> None:
+    assert mok_to_import.nvidia_driver_mok_to_import(signatures) == []
