@@ -68,8 +68,12 @@ def run(args: argparse.Namespace) -> int:
                          "add --reboot, or leave them out")
     cp = _build(args.inventory)
     executors, limit_hosts = _executors(args, cp)
-    _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
     from provisioner import slurm
+
+    # Refused before the question: nothing is asked, or changed, for input that cannot run.
+    launcher = slurm.choose_launcher(cp, None)
+    container = _container(args.container, launcher)
+    _confirm(args, cp, f"Provision {len(cp.hosts)} host(s) from {args.inventory}?")
 
     scheduler = (slurm.SCHEDULER_PHASE,) if slurm.configured(cp) else ()
     phases = (*bringup.UP_PHASES, *scheduler) if args.skip_smoke or args.check else (
@@ -77,12 +81,11 @@ def run(args: argparse.Namespace) -> int:
     retry = _retry(args, str(cp.inventory.source), [name for name, _ in phases])
     if retry is not None:
         phases = phases[[name for name, _ in phases].index(retry.phase):]
-    launcher = slurm.choose_launcher(cp, None)
     options = bringup.RunOptions(
         limit=args.limit, timeout_s=args.timeout, check_mode=args.check, reboot_ok=args.reboot,
         reboot_batch=args.batch_size, reboot_timeout_s=args.reboot_timeout,
         max_fail=args.max_fail, launcher=launcher,
-        framework=args.framework, container=_container(args.container, launcher),
+        framework=args.framework, container=container,
         retry_hosts=retry.hosts if retry else (),
         executors=executors, limit_hosts=limit_hosts)
     return _run(args, cp, "up", phases, options, resumes=retry)

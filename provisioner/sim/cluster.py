@@ -49,8 +49,8 @@ from provisioner.sim.faults import (
     validate,
 )
 from provisioner.sim.image import NodeImage, ensure_image, image_for
-from provisioner.sim.kernel_packages import kernel_debs_dir
-from provisioner.sim.mirror import SimPackage, build_packages
+from provisioner.sim.kernel_packages import kernel_debs_dir, kernel_packages
+from provisioner.sim.mirror import build_packages
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
 from provisioner.sim.stand_in_packages import Mirror, build_mirror
 from provisioner.sim.sysfs import write_ib_sysfs, write_net_sysfs, write_pci_sysfs
@@ -347,14 +347,6 @@ def _say_slowed(spec: SimSpec, say: Progress) -> None:
 # The kernel's own packages as a Debian or Ubuntu node has them (the image has none): the running
 # kernel's image and headers and the metapackages that upgrade them (linux-image-amd64 on
 # Debian, linux-image-generic on Ubuntu), so what the roles read and hold through dpkg is there.
-def kernel_packages(os_name: str, kernel: str, architecture: str = "amd64") -> list[SimPackage]:
-    """The stand-in kernel packages of a Debian-family node (none for an rpm-based one); the
-    files (/boot/vmlinuz-K, the headers) come with sim_files (sim/kernel_packages.py)."""
-    from provisioner.sim import kernel_packages as stand_ins
-
-    return stand_ins.kernel_packages(os_name, kernel, architecture)
-
-
 def _install_kernel_packages(spec: SimSpec, kernel: str, say: Progress) -> None:
     packages = kernel_packages(spec.os, kernel, spec.arch)
     if not packages:

@@ -226,7 +226,7 @@ def not_blacklisted(entries: list[str], names: list[str]) -> list[str]:
 
 def installed_from_mirror(node: str) -> list[str]:
     """The installed packages the simulated NVIDIA mirror built (its maintainer field), not the
-    kernel's stand-ins the simulator installs as the OS's own (cluster.kernel_packages)."""
+    kernel's stand-ins the simulator installs as the OS's own (sim/kernel_packages.py)."""
     out = podman_exec(node, "dpkg-query -W -f='${Package}|${Maintainer}\\n'")
     assert out.returncode == 0, out.stderr
     return sorted(name for name, _, who in (line.partition("|") for line in out.stdout.splitlines())

@@ -11,17 +11,31 @@ from pathlib import Path
 import pytest
 
 from provisioner.errors import InputError
-from provisioner.sim import cluster
 from provisioner.sim.kernel_packages import kernel_debs_dir, kernel_flavour, kernel_packages
 from provisioner.sim.mirror import build_packages
 
 KERNEL = "6.1.0-27-cloud-amd64"
 
 
-@pytest.mark.parametrize("os_name", ["debian12", "debian13", "ubuntu2204", "ubuntu2404",
-                                     "rocky9"])
-def test_amd64_stand_ins_are_the_ones_the_cluster_installs(os_name: str) -> None:
-    assert kernel_packages(os_name, KERNEL) == cluster.kernel_packages(os_name, KERNEL)
+@pytest.mark.parametrize(("os_name", "flavour"), [
+    ("debian12", "amd64"), ("debian13", "amd64"), ("ubuntu2204", "generic"),
+    ("ubuntu2404", "generic"), ("rocky9", None)])
+def test_amd64_stand_ins_are_the_ones_the_cluster_installs(os_name: str,
+                                                          flavour: str | None) -> None:
+    """What the cluster installed before arm64 existed: the running kernel's image and headers
+    and the flavour's metapackages depending on them, amd64, version 1 of the release."""
+    packages = kernel_packages(os_name, KERNEL)
+    if flavour is None:
+        assert packages == []
+        return
+    assert [p.name for p in packages] == [
+        f"linux-image-{KERNEL}", f"linux-headers-{KERNEL}",
+        f"linux-image-{flavour}", f"linux-headers-{flavour}"]
+    assert [p.depends for p in packages[2:]] == [(f"linux-image-{KERNEL}",),
+                                                 (f"linux-headers-{KERNEL}",)]
+    assert {p.version for p in packages} == {"6.1.0-1"}
+    assert {p.architecture for p in packages} == {"amd64"}
+    assert kernel_debs_dir(Path("/s"), os_name) == Path(f"/s/kernel-debs/{os_name}")
 
 
 def test_debian_arm64_names_the_arm64_flavour() -> None:

@@ -1139,3 +1139,18 @@ def test_a_container_reaches_the_run_with_the_slurm_launcher(
     monkeypatch.setattr(slurm, "choose_launcher", lambda cp, requested: "slurm")
     assert cli.main(["-q", "smoke", "-i", str(inventory), "--container", "/opt/b"]) == 0
     assert (fake_run.options.launcher, fake_run.options.container) == ("slurm", "/opt/b")
+
+
+def test_up_refuses_a_container_before_asking_to_change_real_hosts(
+        inventory: Path, fake_run: FakeRun, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --yes on a terminal `up` asks first; input that cannot run is refused before."""
+    from provisioner.commands import common
+
+    asked: list[str] = []
+    monkeypatch.setattr(common.sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(common.errconsole, "input",
+                        lambda question: asked.append(question) or "y")
+    assert cli.main(["-q", "up", "-i", str(inventory), "--container", "/opt/b"]) == 2
+    assert "--container /opt/b: " in capsys.readouterr().err
+    assert asked == [] and fake_run.calls == []
