@@ -50,10 +50,10 @@ LABELS_FILE = "node-labels.yaml"
 LABEL_SCRIPT = "label-nodes.sh"
 VALUES_FILE = "gpu-operator-values.yaml"
 
-# Kubernetes' rules (apimachinery validation: IsValidLabelValue, IsQualifiedName,
-# IsDNS1123Subdomain): a value is empty or up to 63 characters of [-A-Za-z0-9_.] that begin
-# and end with an alphanumeric; a key is an optional DNS subdomain prefix and '/' before a name
-# that follows the value's rule but is not empty; a node name is a DNS subdomain.
+# Kubernetes' rules (apimachinery validation: IsValidLabelValue, IsDNS1123Subdomain): a value
+# is empty or up to 63 characters of [-A-Za-z0-9_.] that begin and end with an alphanumeric; a
+# node name is a DNS subdomain. The label keys are this module's constants (the test checks
+# them against Kubernetes' key rule).
 LABEL_VALUE_MAX = 63
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -114,19 +114,8 @@ def is_valid_label_value(value: str) -> bool:
     return len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value) is not None
 
 
-def is_valid_label_key(key: str) -> bool:
-    prefix, slash, name = key.rpartition("/")
-    if slash and not _is_dns_subdomain(prefix):
-        return False
-    return bool(name) and is_valid_label_value(name)
-
-
 def is_valid_node_name(name: str) -> bool:
-    return _is_dns_subdomain(name)
-
-
-def _is_dns_subdomain(text: str) -> bool:
-    return len(text) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
+    return len(name) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(name) is not None
 
 
 def sanitize_label_value(value: str) -> str:

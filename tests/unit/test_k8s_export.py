@@ -3,6 +3,7 @@ the kubectl script, and the GPU Operator values against the keys the chart reall
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ from provisioner.profiles import load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventories" / "examples" / "hgx-h100-ib" / "hosts.yml"
+# Kubernetes' label key (apimachinery validation, IsQualifiedName): an optional prefix, a DNS
+# subdomain of at most 253 characters, and '/', then a name of 1 to 63 characters of
+# [-A-Za-z0-9_.] that begins and ends with a letter or digit.
+LABEL_KEY = re.compile(
+    r"(?:(?=[^/]{1,253}/)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(?=[^/]{1,63}\Z)[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 # Keys of NVIDIA's GPU Operator Helm chart that the hand-off relies on, each read in the chart's
 # own values.yaml: github.com/NVIDIA/gpu-operator, deployments/gpu-operator/values.yaml at tag
@@ -100,7 +107,7 @@ def test_every_profile_gives_valid_labels(tmp_path: Path, name: str) -> None:
     if profile.architecture == "volta":  # the newest stack's CUDA no longer targets Volta
         host["gpu_stack"] = "cuda-12.8"
     [labels] = k8s.build(plan_mod.build(write_inventory(tmp_path, {"gpu-01": host}))).labels.values()
-    assert all(k8s.is_valid_label_key(key) for key in labels), labels
+    assert all(LABEL_KEY.fullmatch(key) for key in labels), labels
     assert all(k8s.is_valid_label_value(value) for value in labels.values()), labels
     # The profiles hold nvidia-smi's full name, and nothing in it that GFD drops.
     assert labels["nvidia.com/gpu.product"] == profile.gpu_model.replace(" ", "-")
@@ -162,16 +169,26 @@ def test_sanitize_replaces_then_trims(value: str, clean: str) -> None:
     assert k8s.sanitize_label_value(value) == clean
 
 
+# The key rule the labels are held to, checked on Kubernetes' own examples and edges.
 @pytest.mark.parametrize("key", ["nvidia.com/gpu.product", "gpucluster.io/nccl", "app",
-                                 "a.b-c/x_y.z"])
-def test_valid_label_keys(key: str) -> None:
-    assert k8s.is_valid_label_key(key)
+                                 "a.b-c/x_y.z", "x" * 63, "gpucluster.io/" + "x" * 63,
+                                 "a" * 253 + "/x", "Upper_case.Name"])
+def test_the_label_key_rule_takes_valid_keys(key: str) -> None:
+    assert LABEL_KEY.fullmatch(key)
 
 
 @pytest.mark.parametrize("key", ["", "/x", "Nvidia.com/gpu", "gpucluster.io/", "a/b/c",
-                                 "gpucluster.io/-x", "x" * 64, "-a.com/x"])
-def test_invalid_label_keys(key: str) -> None:
-    assert not k8s.is_valid_label_key(key)
+                                 "gpucluster.io/-x", "x" * 64, "-a.com/x", "a" * 254 + "/x",
+                                 "gpucluster.io/" + "x" * 64, "a..b/x", "a_b/x", "app-"])
+def test_the_label_key_rule_refuses_invalid_keys(key: str) -> None:
+    assert not LABEL_KEY.fullmatch(key)
+
+
+def test_every_label_key_the_hand_off_writes_is_valid() -> None:
+    keys = {k8s.GPU_PRODUCT_LABEL, k8s.GPU_COUNT_LABEL, k8s.PROFILE_LABEL,
+            *(f"{k8s.LABEL_PREFIX}{name}" for name, _attribute in k8s.STACK_LABELS)}
+    assert set(k8s.build(plan_mod.build(EXAMPLE)).labels["h100-001"]) == keys
+    assert [key for key in sorted(keys) if not LABEL_KEY.fullmatch(key)] == []
 
 
 # the files ----------------------------------------------------------------------------------
