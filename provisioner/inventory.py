@@ -84,6 +84,11 @@ CONTRACT: dict[str, dict[str, Any]] = {
     "nvidia_driver_version": {"type": "str", "description": "driver version override"},
     "nvidia_driver_module_flavor": {"type": "str", "choices": ["open", "proprietary"],
                                     "description": "kernel module flavour override"},
+    "nvidia_driver_module_source": {"type": "str", "choices": ["dkms", "precompiled"],
+                                    "description": "where the kernel modules come from: dkms "
+                                                   "(built on the node) or precompiled "
+                                                   "(NVIDIA's signed per-kernel packages, "
+                                                   "RHEL 8/9, proprietary flavour)"},
     "cuda_version": {"type": "str", "description": "CUDA toolkit X.Y override"},
     "cudnn_version": {"type": "str", "description": "cuDNN version override"},
     "nccl_version": {"type": "str", "description": "NCCL version override (2.x.y-1+cudaX.Y)"},

@@ -85,6 +85,8 @@ class NamingInputs:
     # A host's driver override outside the matrix: its Ubuntu revisions, read from a repository
     # index or given in full (matrix/resolve.py); None: the matrix's own for the release.
     ubuntu_revision: UbuntuRevision | None = None
+    # Where the kernel modules come from (dkms, or precompiled per-kernel packages on dnf).
+    module_source: str = "dkms"
 
     @property
     def cuda_major(self) -> int:
@@ -109,12 +111,12 @@ class NamingInputs:
             cuda_version=r.cuda_version, cuda_toolkit_version=r.cuda_toolkit_version,
             cudnn_version=r.cudnn_version, nccl_version=r.nccl_version,
             container_toolkit_version=r.container_toolkit_version, dcgm_version=r.dcgm_version,
-            facts=r.naming, ubuntu_revision=r.ubuntu_revision)
+            facts=r.naming, ubuntu_revision=r.ubuntu_revision, module_source=r.module_source)
 
     def key(self, component: str) -> tuple[object, ...]:
         """Everything ``component``'s names and versions depend on (besides the flavour)."""
         return {
-            "driver": (self.driver_version, self.ubuntu_revision),
+            "driver": (self.driver_version, self.ubuntu_revision, self.module_source),
             "fabricmanager": (self.fabricmanager_version, self.ubuntu_revision),
             "cuda_toolkit": (self.cuda_toolkit_version,),
             "cudnn": (self.cudnn_version, self.cuda_major),
@@ -186,9 +188,21 @@ def _driver_pins(v: NamingInputs, family: str, open_flavor: bool, d: str,
                 (f"cuda-drivers-{b}", f"{d}-{rev.cuda_drivers}")]
     # rhel9: DKMS kernel module and the CUDA driver metapackage [CIG] [KM], epoch 3 as in
     # nvidia-driver-cuda-3:570.133.20-1.el9 [DIG]; installed from the branch's module
-    # stream (ResolvedStack.dnf_module_stream).
+    # stream (ResolvedStack.dnf_module_stream). With precompiled modules the kmod is one
+    # package per kernel, named by precompiled_kmod_name and installed by the role [PCK].
+    if v.module_source == "precompiled":
+        return [("nvidia-driver-cuda", f"3:{d}-1.el9")]
     kmod = "kmod-nvidia-open-dkms" if open_flavor else "kmod-nvidia-latest-dkms"
     return [(kmod, f"3:{d}-1.el9"), ("nvidia-driver-cuda", f"3:{d}-1.el9")]
+
+
+def precompiled_kmod_name(driver_version: str) -> str:
+    """The name of a precompiled kernel module package of RHEL 8/9 for ``driver_version``, with
+    ``@K@`` for the kernel: ``kmod-nvidia-${driver}-${kernel}-${kernel_release}`` (e.g.
+    kmod-nvidia-440.33.01-4.18.0-147.5.1 for kernel 4.18.0-147.5.1.el8_1.x86_64) [PCK]. The
+    node fills in each of its kernels (filter nvidia_driver_precompiled_kmods): the name holds
+    the driver version, so installing it by name pins the driver."""
+    return f"kmod-nvidia-{driver_version}-@K@"
 
 
 def _fabricmanager_pins(v: NamingInputs, family: str) -> list[tuple[str, str]]:
@@ -297,7 +311,8 @@ _pins_cache: dict[tuple[object, ...], tuple[object, tuple[PackagePin, ...]]] = {
 def _pins_key(r: ResolvedStack, family: str) -> tuple[object, ...]:
     """Everything ``packages_for`` reads from ``r``: the naming inputs, the flavour, whether the
     fabric manager runs, and which matrix stack (its exceptions) by identity."""
-    return (family, id(r.base), r.stack, r.module_flavor, r.fabricmanager_enabled, r.naming,
+    return (family, id(r.base), r.stack, r.module_flavor, r.module_source,
+            r.fabricmanager_enabled, r.naming,
             r.driver_version, r.ubuntu_revision, r.fabricmanager_version, r.cuda_version,
             r.cuda_toolkit_version, r.cudnn_version, r.nccl_version, r.container_toolkit_version,
             r.dcgm_version)

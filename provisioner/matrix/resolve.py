@@ -10,8 +10,14 @@ from typing import Any
 
 from provisioner.errors import InputError
 from provisioner.matrix.index import PackageIndex, versions_of_release
-from provisioner.matrix.packages import NamingFacts, UbuntuRevision
-from provisioner.matrix.schema import ArchitectureSpec, Stack, StackMatrix, dnf_module_stream
+from provisioner.matrix.packages import NamingFacts, UbuntuRevision, precompiled_kmod_name
+from provisioner.matrix.schema import (
+    ArchitectureSpec,
+    Stack,
+    StackMatrix,
+    dnf_module_stream,
+    precompiled_stream,
+)
 from provisioner.matrix.versions import (
     CTK_RE,
     CUDA_RE,
@@ -47,8 +53,12 @@ class ResolvedStack:
     dcgm_version: str
     profile: str | None = None
     overrides: tuple[str, ...] = ()
-    # RHEL 8/9: the dnf module stream that carries this driver branch and flavour [DIG].
+    # RHEL 8/9: the dnf module stream that carries this driver branch and flavour [DIG] (the
+    # precompiled one when module_source is precompiled [PCK]).
     dnf_module_stream: str = ""
+    # Where the kernel modules come from: dkms (built on the node) or precompiled (NVIDIA's
+    # signed per-kernel packages of the RHEL 8/9 precompiled streams [PCK]).
+    module_source: str = "dkms"
     # The GPU architecture and the newest CUDA it can run (None: no limit), for cluster rules.
     architecture: str | None = None
     max_cuda_version: str | None = None
@@ -84,6 +94,9 @@ class ResolvedStack:
             "nvidia_container_toolkit_version": self.container_toolkit_version,
             "dcgm_version": self.dcgm_version,
             "nvidia_driver_dnf_module_stream": self.dnf_module_stream,
+            "nvidia_driver_module_source": self.module_source,
+            "nvidia_driver_precompiled_kmod": (precompiled_kmod_name(self.driver_version)
+                                               if self.module_source == "precompiled" else ""),
             "nvidia_fabricmanager_nvlsm_enabled": bool(self.fabricmanager_enabled
                                                         and self.fabricmanager_packages),
             "nvidia_fabricmanager_nvlsm_packages": (
@@ -118,6 +131,7 @@ def _known_cudnn_builds(matrix: StackMatrix) -> list[str]:
 # The host variables resolution reads (every ``_override`` below). Two hosts that agree on
 # these, on the profile and on the matrix resolve to the same stack.
 RESOLVE_VARIABLES = ("gpu_stack", "nvidia_driver_version", "nvidia_driver_module_flavor",
+                     "nvidia_driver_module_source",
                      "cuda_version", "cudnn_version", "nccl_version",
                      "nvidia_container_toolkit_version", "nvidia_fabricmanager_version")
 _CACHE_LIMIT = 1024
@@ -159,6 +173,7 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
 
     # Kernel module flavour.
     flavor = _module_flavor(host, hostvars, overrides, stack, branch, matrix, arch)
+    source = _module_source(host, hostvars, flavor)
 
     # CUDA toolkit.
     cuda_raw = _override(hostvars, "cuda_version", host)
@@ -190,7 +205,9 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
         nccl_version=nccl or stack.nccl.version,
         container_toolkit_version=ctk or stack.container_toolkit.version,
         dcgm_version=stack.dcgm.version, profile=profile.name if profile else None,
-        overrides=tuple(overrides), dnf_module_stream=dnf_module_stream(branch, flavor),
+        overrides=tuple(overrides), module_source=source,
+        dnf_module_stream=(precompiled_stream(branch) if source == "precompiled"
+                           else dnf_module_stream(branch, flavor)),
         architecture=profile.architecture if profile else None,
         max_cuda_version=arch.max_cuda_version if arch else None,
         fabricmanager_packages=({f: list(p) for f, p in prerequisite.packages.items()}
@@ -253,6 +270,26 @@ def _module_flavor(host: str, hostvars: Mapping[str, Any], overrides: list[str],
     else:
         flavor = _default_flavor(stack, branch, matrix, arch)
     return flavor
+
+
+MODULE_SOURCES = ("dkms", "precompiled")
+
+
+def _module_source(host: str, hostvars: Mapping[str, Any], flavor: str) -> str:
+    """Return where the host's kernel modules come from (nvidia_driver_module_source, default
+    dkms). NVIDIA's precompiled RHEL 8/9 streams carry the proprietary modules only: their
+    kmod package links nv-kernel.o_binary [PCK]; signed open modules come from the
+    distributions themselves (RHEL 10), which the matrix does not list."""
+    source = _override(hostvars, "nvidia_driver_module_source", host) or "dkms"
+    if source not in MODULE_SOURCES:
+        raise InputError(f"host {host}: nvidia_driver_module_source {source!r} is not a module "
+                         f"source; choose one of {', '.join(MODULE_SOURCES)}")
+    if source == "precompiled" and flavor != "proprietary":
+        raise InputError(f"host {host}: nvidia_driver_module_source precompiled needs the "
+                         f"proprietary kernel modules (NVIDIA's precompiled streams carry no "
+                         f"{flavor} ones); set nvidia_driver_module_flavor: proprietary where "
+                         "the GPUs support it, or nvidia_driver_module_source: dkms")
+    return source
 
 
 def _library_overrides(host: str, hostvars: Mapping[str, Any], overrides: list[str],

@@ -333,6 +333,13 @@ def dnf_module_stream(branch: int, flavor: str) -> str:
     return f"nvidia-driver:{branch}-{'open' if flavor == 'open' else 'dkms'}"
 
 
+def precompiled_stream(branch: int) -> str:
+    """The precompiled dnf module stream of a driver branch on RHEL 8/9: the branch number
+    alone (`dnf module install nvidia-driver:XXX`), beside the XXX-dkms and XXX-open streams
+    [PCK]."""
+    return f"nvidia-driver:{branch}"
+
+
 # What a site's stacks.yml may hold (provisioner/site.py): its own stacks, the lifecycle of their
 # driver branches, the Ubuntu revisions of their driver releases, and the site's default.
 SITE_SECTIONS = ("stacks", "driver_branches", "ubuntu_driver_packages")

@@ -302,7 +302,10 @@ def test_the_driver_roles_variables_call_the_filters_and_hold_no_rule_of_their_o
                       ("__nvidia_driver_dkms_last", "unless_skipped"),
                       ("__nvidia_driver_dkms_errors", "nvidia_driver_dkms_errors"),
                       ("__nvidia_driver_probe", "unless_skipped"),
-                      ("__nvidia_driver_mok_to_import", "nvidia_driver_mok_to_import")]:
+                      ("__nvidia_driver_mok_to_import", "nvidia_driver_mok_to_import"),
+                      ("__nvidia_driver_dkms", "nvidia_driver_dkms_wanted"),
+                      ("__nvidia_driver_precompiled_kmods", "nvidia_driver_precompiled_kmods"),
+                      ("__nvidia_driver_precompiled_query", "nvidia_driver_precompiled_query")]:
         assert f"gpucluster.provisioner.{flt}(" in role_vars[name], name
     # A variable's template is a reference or filter calls: no branch, test or list comprehension.
     rule = re.compile(r"\b(if|else|and|or|not|is|select|reject|selectattr|rejectattr|map|unique)\b")
