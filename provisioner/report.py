@@ -1,5 +1,10 @@
 """The cluster report: built from plan + playbook results, saved as JSON (and JUnit), rendered
-for the console. A report from a simulated cluster says so at the top and in every file."""
+for the console. A report from a simulated cluster says so at the top and in every file.
+
+``Report`` is its own builder: a run starts it (``Report.start``), and every change after that
+(a phase's result, checks, notes, lost nodes, reboots, the smoke, certify, remediate and upgrade
+sections) goes through one of its methods, up to ``finish``. No other module assigns its fields
+or writes into its lists (tests/unit/test_report_builder.py scans the package for it)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import re
 import secrets
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -167,6 +173,10 @@ class Batch:
     detail: str = ""
 
 
+# The note that sums up a run's reboots (Report.record_reboots keeps one, the latest).
+REBOOT_NOTE = re.compile(r"^\d+ reboot\(s\): ")
+
+
 @dataclass
 class Report:
     run_id: str
@@ -214,6 +224,120 @@ class Report:
     # Literal secrets of the inventory (mirror credentials): masked in everything saved.
     _secrets: set[str] = field(default_factory=set, repr=False)
 
+    @classmethod
+    def start(cls, run_id: str, command: str, inventory: str, simulated: bool, *,
+              inventory_secrets: Iterable[str] = (), host_key_checking_off: Sequence[str] = (),
+              connection: Mapping[str, Any] | None = None,
+              driver_lifecycle: Iterable[Mapping[str, Any]] = (), notes: Iterable[str] = (),
+              hosts: Mapping[str, Mapping[str, Any]] | None = None) -> Report:
+        """A run's report, started now: the inventory's secrets (masked in everything saved),
+        the hosts whose SSH host key is not checked (the first note says so), what an
+        unreachable node costs a phase, the driver branches near their end of life, the
+        plan's notes and each host's planned kind, profile and stack."""
+        report = cls(run_id=run_id, command=command, inventory=inventory, simulated=simulated,
+                     started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                     host_key_checking_off=list(host_key_checking_off),
+                     connection=dict(connection or {}),
+                     driver_lifecycle=[dict(entry) for entry in driver_lifecycle],
+                     hosts={name: dict(entry) for name, entry in (hosts or {}).items()},
+                     _secrets=set(inventory_secrets))
+        if report.host_key_checking_off:
+            off = report.host_key_checking_off
+            report.add_note(f"SSH host key checking is OFF for {len(off)} host(s) "
+                            f"({', '.join(off[:5])}): the inventory turns it off")
+        report.add_notes(notes)
+        return report
+
+    def add_note(self, note: str) -> None:
+        self.notes.append(note)
+
+    def add_notes(self, notes: Iterable[str]) -> None:
+        self.notes.extend(notes)
+
+    def drop_repeated_notes(self) -> None:
+        """Each note once, where it first appeared (`upgrade` notes monitoring once a batch)."""
+        self.notes[:] = list(dict.fromkeys(self.notes))
+
+    def add_check(self, check: Check) -> None:
+        self.checks.append(check)
+
+    def add_checks(self, checks: Iterable[Check]) -> None:
+        self.checks.extend(checks)
+
+    def record_lost(self, hosts: Mapping[str, Mapping[str, Any]]) -> None:
+        """Nodes the run lost and goes on without (host -> phase, reason, task, message); a
+        node lost again keeps the latest reason."""
+        self.lost_hosts.update({host: dict(why) for host, why in hosts.items()})
+
+    def record_executors(self, shards: Mapping[str, Sequence[str]]) -> None:
+        """`up --executors`: executor -> the hosts it runs, and each host's entry names its
+        executor."""
+        self.executors = {name: list(hosts) for name, hosts in shards.items()}
+        for name, hosts in shards.items():
+            for host in hosts:
+                if host in self.hosts:
+                    self.hosts[host]["executor"] = name
+
+    def record_reboots(self, reboots: Sequence[Mapping[str, Any]], note: str) -> None:
+        """The run's reboots, in the order they started, and the note that sums them up in
+        place of an earlier one (a run of several batches reads the record after each)."""
+        self.reboots = [dict(r) for r in reboots]
+        self.notes[:] = [n for n in self.notes if not REBOOT_NOTE.match(n)]
+        self.add_note(note)
+
+    def record_resume(self, run_id: str, hosts: Sequence[str]) -> None:
+        """`up --retry-failed`: the run this one resumes and the hosts it retries."""
+        self.resumes, self.retried_hosts = run_id, list(hosts)
+
+    def record_smoke(self, section: Mapping[str, Any]) -> None:
+        self.smoke = dict(section)
+
+    def record_certify(self, section: Mapping[str, Any]) -> None:
+        self.certify = dict(section)
+
+    def record_remediate(self, outcomes: Iterable[Mapping[str, Any]]) -> None:
+        self.remediate = [dict(o) for o in outcomes]
+
+    def plan_batches(self, batches: Sequence[Sequence[str]]) -> list[Batch]:
+        """`upgrade`: one batch per list of nodes, numbered from 1, none run yet."""
+        self.batches = [Batch(number=n, nodes=list(nodes)) for n, nodes in enumerate(batches, 1)]
+        return self.batches
+
+    def update_batch(self, batch: Batch, *, outcome: str | None = None,
+                     detail: str | None = None, stack_started_at: str | None = None,
+                     drained_at: str | None = None, drain_wait_s: float | None = None,
+                     jobs_waited_for: Sequence[str] | None = None,
+                     jobs_cancelled: Sequence[str] | None = None,
+                     phases: Mapping[str, str] | None = None,
+                     resumed: Sequence[str] | None = None,
+                     kept_drained: Mapping[str, str] | None = None) -> None:
+        """What happened to one of this report's batches: each value given replaces the
+        batch's, except ``phases`` and ``kept_drained``, merged into what it holds. A value
+        not given (None) leaves the batch's as it is."""
+        if not any(mine is batch for mine in self.batches):
+            raise ValueError(f"batch {batch.number} is not one of run {self.run_id}'s")
+        for name, value in (("outcome", outcome), ("detail", detail),
+                            ("stack_started_at", stack_started_at), ("drained_at", drained_at),
+                            ("drain_wait_s", drain_wait_s)):
+            if value is not None:
+                setattr(batch, name, value)
+        if jobs_waited_for is not None:
+            batch.jobs_waited_for = list(jobs_waited_for)
+        if jobs_cancelled is not None:
+            batch.jobs_cancelled = list(jobs_cancelled)
+        if resumed is not None:
+            batch.resumed = list(resumed)
+        batch.phases.update(phases or {})
+        batch.kept_drained.update(kept_drained or {})
+
+    def prefix_phases(self, since: int, prefix: str) -> list[Phase]:
+        """``prefix`` before the name of each phase from index ``since`` on (`upgrade`: the
+        phases of one batch); those phases."""
+        renamed = self.phases[since:]
+        for phase in renamed:
+            phase.name = prefix + phase.name
+        return renamed
+
     def add_phase(self, name: str, result: PlaybookResult) -> Phase:
         phase = Phase(
             name=name, playbook=result.playbook, status=result.status, rc=result.rc,
@@ -231,11 +355,11 @@ class Report:
             facts.update({k: v for k, v in sections.items() if k != "preflight"})
             for section, payload in sections.items():
                 for item in (payload or {}).get("checks", []) if isinstance(payload, dict) else []:
-                    self.checks.append(Check(host=host, phase=section, name=str(item["name"]),
-                                             status=str(item["status"]),
-                                             measured=item.get("measured"),
-                                             expected=item.get("expected"),
-                                             detail=str(item.get("detail", ""))))
+                    self.add_check(Check(host=host, phase=section, name=str(item["name"]),
+                                         status=str(item["status"]),
+                                         measured=item.get("measured"),
+                                         expected=item.get("expected"),
+                                         detail=str(item.get("detail", ""))))
         return phase
 
     def finish(self, exit_code: int, outcome: str | None = None) -> None:
