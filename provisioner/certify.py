@@ -45,7 +45,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -326,7 +325,7 @@ def _history_points(report: Report, verdict: Verdict) -> list[history.Point]:
 
 def _suspect_checks(report: Report, verdict: Verdict, seconds: int) -> None:
     for s in verdict.suspects:
-        report.checks.append(Check(
+        report.add_check(Check(
             host=s.host, phase="certify", name=f"{s.check}:{s.component}", status="fail",
             measured=s.measured, expected=s.expected,
             detail=(f"{s.component} below {(1 - verdict.margin) * 100:g}% of the fleet's median "
@@ -339,8 +338,8 @@ def _record(report: Report, points: Sequence[history.Point]) -> None:
     try:
         history.record(points)
     except OSError as exc:
-        report.notes.append(f"history: not recorded ({history.ledger_path()}: "
-                            f"{exc.strerror or exc})")
+        report.add_note(f"history: not recorded ({history.ledger_path()}: "
+                        f"{exc.strerror or exc})")
 
 
 def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
@@ -349,7 +348,7 @@ def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
     for o in verdict.outliers:
         spread = (f"{o.robust_z} robust standard deviations" if o.robust_z is not None
                   else "the fleet has no spread")
-        report.checks.append(Check(
+        report.add_check(Check(
             host=o.host, phase="certify", name=f"{o.check}:outlier", status="warn",
             measured=o.measured, expected=round(o.median * (1 - outlier_margin), 4),
             detail=(f"best pair {o.measured} Gbit/s, {below} the fleet's median best pair "
@@ -360,7 +359,7 @@ def _warnings(report: Report, verdict: Verdict, drift: Sequence[history.Drift],
                  f"pair over its last {len(d.runs)} runs ({d.reference} Gbit/s against this "
                  "run's fleet)" if d.usual_standing is not None else
                  f"the median of its own last {len(d.runs)} runs ({d.reference} Gbit/s)")
-        report.checks.append(Check(
+        report.add_check(Check(
             host=d.host, phase="certify", name=f"{d.check}:drift", status="warn",
             measured=d.measured, expected=round(d.reference * (1 - outlier_margin), 4),
             detail=f"best pair {d.measured} Gbit/s, {below} {usual}: {', '.join(d.runs)}"))
@@ -386,9 +385,9 @@ def _burn_in(plan: ClusterPlan, report: Report, run_dir: Path, seconds: int,
     burn = burnin.run(plan, run_dir, seconds, on_progress)
     if burn.result is not None:
         report.add_phase("certify burn-in", burn.result)
-    report.checks += [Check(host=c.host, phase="certify burn-in", name=c.name, status=c.status,
+    report.add_checks(Check(host=c.host, phase="certify burn-in", name=c.name, status=c.status,
                             measured=c.measured, expected=c.expected, detail=c.detail)
-                      for c in burn.checks]
+                      for c in burn.checks)
     return burn
 
 
@@ -436,9 +435,7 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
     run_id = new_run_id()
     run_dir = runs_dir() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    report = Report(run_id=run_id, command="certify", inventory=str(plan.inventory.source),
-                    simulated=plan.simulated,
-                    started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    report = Report.start(run_id, "certify", str(plan.inventory.source), plan.simulated)
     pairs, verdict, ok = _measure(plan, report, run_dir, margin=margin,
                                   outlier_margin=outlier_margin, seconds=seconds,
                                   timeout_s=timeout_s, on_progress=on_progress)
@@ -451,7 +448,7 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
     drift = history.drift(points, history.load(check=CHECK), outlier_margin)
     _warnings(report, verdict, drift, outlier_margin)
     drained = run_drain(plan, run_dir, verdict, burned) if drain else {}
-    report.certify = {
+    report.record_certify({
         "check": CHECK, "level": level, "margin": margin, "outlier_margin": outlier_margin,
         "seconds": seconds,
         "reference_gbps": verdict.reference_gbps, "node_gbps": verdict.node_gbps,
@@ -461,7 +458,7 @@ def run(plan: ClusterPlan, *, drain: bool = False, margin: float = MARGIN,
         "drift": [asdict(d) for d in drift],
         "drained": drained,
         **({"burnin": burnin.section(burn, burn_seconds)} if burn is not None else {}),
-    }
+    })
     _record(report, points)
     code = 1 if verdict.suspects or burned or not ok else 0
     report.finish(code)

@@ -131,9 +131,8 @@ def run(plan: ClusterPlan, report: Report, run_dir: Path, phases: Sequence[tuple
             passed = _validate(ctx, ready, phases) if ready else []
             _resume(ctx, passed, [h for h in taken if h not in passed])
     finally:
-        report.remediate = [asdict(o) for o in ctx.outcomes.values()]
-        for o in ctx.outcomes.values():
-            report.notes.append(_summary(o))
+        report.record_remediate(asdict(o) for o in ctx.outcomes.values())
+        report.add_notes(_summary(o) for o in ctx.outcomes.values())
     return all(o.resumed for o in ctx.outcomes.values() if o.taken) and _phases_ok(report)
 
 

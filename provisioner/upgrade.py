@@ -112,8 +112,7 @@ def run(plan: ClusterPlan, report: Report, run_dir: Path, phases: Sequence[tuple
     """Upgrade every GPU node of ``plan`` (planned with the new stack), batch by batch; the
     batches land in ``report.batches``. True when every batch passed."""
     gpu = plan.inventory.gpu_hosts
-    batches = split_batches(gpu, settings.batch_size)
-    report.batches = [Batch(number=n, nodes=nodes) for n, nodes in enumerate(batches, 1)]
+    batches = report.plan_batches(split_batches(gpu, settings.batch_size))
     plan_inventory = plan.write_inventory(run_dir / "plan.yml")
     plan_inventory.chmod(0o600)
     controller = slurm.controller(plan)
@@ -121,15 +120,15 @@ def run(plan: ClusterPlan, report: Report, run_dir: Path, phases: Sequence[tuple
                    # A node lost in one batch must not stop the next batch's phases: the
                    # batches, not run_phases' loss policy, decide when the upgrade stops.
                    replace(options, max_fail=str(len(gpu))), display, settings, controller)
-    report.notes.extend(_inventory_notes(plan, settings.stack))
+    report.add_notes(_inventory_notes(plan, settings.stack))
     if controller is None:
-        report.notes.append("no scheduler drained the nodes (the inventory has no Slurm): "
-                            "jobs running on a node while its batch was upgraded are the "
-                            "operator's business")
+        report.add_note("no scheduler drained the nodes (the inventory has no Slurm): "
+                        "jobs running on a node while its batch was upgraded are the "
+                        "operator's business")
     failed = 0
     stop = ""
     try:
-        for batch in report.batches:
+        for batch in batches:
             if not _run_batch(ctx, batch, phases):
                 failed += 1
             if batch.outcome in STOPPING:
@@ -141,7 +140,7 @@ def run(plan: ClusterPlan, report: Report, run_dir: Path, phases: Sequence[tuple
                 break
     finally:
         _not_run(report, stop or "interrupted")
-        report.notes[:] = list(dict.fromkeys(report.notes))  # monitoring notes, once per batch
+        report.drop_repeated_notes()  # monitoring notes, once per batch
     return failed == 0 and all(b.outcome == "passed" for b in report.batches)
 
 
@@ -157,8 +156,8 @@ def _not_run(report: Report, why: str) -> None:
         return
     last = max((b.number for b in report.batches if b.outcome != "not run"), default=0)
     for b in skipped:
-        b.detail = f"not run: the upgrade stopped after batch {last} ({why})"
-    report.notes.append(
+        report.update_batch(b, detail=f"not run: the upgrade stopped after batch {last} ({why})")
+    report.add_note(
         f"stopped after batch {last} ({why}): batch(es) "
         f"{', '.join(str(b.number) for b in skipped)} not run, nodes "
         f"{', '.join(node for b in skipped for node in b.nodes)} untouched")
@@ -189,38 +188,47 @@ def _run_batch(ctx: _Context, batch: Batch, phases: Sequence[tuple[str, str]]) -
             if drained is None:
                 return False
             held = drained
-        batch.stack_started_at = _now()
+        ctx.report.update_batch(batch, stack_started_at=_now())
         before, checks_before = len(ctx.report.phases), len(ctx.report.checks)
         options = replace(ctx.options, limit=":".join(batch.nodes),
                           ident_prefix=f"b{batch.number:02d}.")
         bringup.run_phases(ctx.plan, ctx.report, ctx.run_dir, phases, options, display)
         ran = ctx.report.phases[before:]
         failed = _failed_nodes(batch.nodes, phases, ran, ctx.report.lost_hosts)
+        ctx.report.record_lost({node: why for node, why in failed.items()
+                                if node not in ctx.report.lost_hosts})
         for node, why in failed.items():
-            ctx.report.lost_hosts.setdefault(node, dict(why))
             why["checks"] = [c.name for c in ctx.report.checks[checks_before:]
                              if c.host == node and c.status == "fail"]
-        for phase in ran:
-            phase.name = f"batch {batch.number} {phase.name}"
-        for name, _playbook in phases:
-            bad = sorted(node for node, why in failed.items() if why.get("phase") == name)
-            ran_it = any(p.name == f"batch {batch.number} {name}" for p in ran)
-            batch.phases[name] = (f"failed on {', '.join(bad)}" if bad
-                                  else "passed" if ran_it else "not run")
+        ctx.report.prefix_phases(before, f"batch {batch.number} ")
+        ctx.report.update_batch(batch, phases=_phase_outcomes(batch, phases, ran, failed))
         resumed = _resume(ctx, batch, failed, held, display)
-        batch.outcome = "passed" if not failed and resumed else "failed"
-        if failed:
-            batch.detail = "; ".join(f"{node}: {failure_reason(ctx.settings.stack, why)}"
-                                     for node, why in sorted(failed.items()))
+        ctx.report.update_batch(
+            batch, outcome="passed" if not failed and resumed else "failed",
+            detail="; ".join(f"{node}: {failure_reason(ctx.settings.stack, why)}"
+                             for node, why in sorted(failed.items())) if failed else None)
         return batch.outcome == "passed"
     except BaseException:
         if batch.outcome == "not run":
-            batch.outcome = "interrupted"
             in_slurm = (" drained in Slurm (`scontrol update NodeName=... State=RESUME` once "
                         "checked) and" if ctx.controller else "")
-            batch.detail = (f"stopped during this batch: {', '.join(batch.nodes)} may be left"
-                            f"{in_slurm} half-upgraded; run the upgrade again")
+            ctx.report.update_batch(
+                batch, outcome="interrupted",
+                detail=(f"stopped during this batch: {', '.join(batch.nodes)} may be left"
+                        f"{in_slurm} half-upgraded; run the upgrade again"))
         raise
+
+
+def _phase_outcomes(batch: Batch, phases: Sequence[tuple[str, str]], ran: Sequence[Phase],
+                    failed: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Each phase of the batch: "passed", "failed on NODE, ..." or "not run"."""
+    out = {}
+    for name, _playbook in phases:
+        bad = sorted(node for node, why in failed.items() if why.get("phase") == name)
+        ran_it = any(p.name == f"batch {batch.number} {name}" for p in ran)
+        out[name] = (f"failed on {', '.join(bad)}" if bad
+                     else "passed" if ran_it else "not run")
+    return out
 
 
 def _failed_nodes(nodes: Sequence[str], phases: Sequence[tuple[str, str]],
@@ -265,33 +273,36 @@ def _drain(ctx: _Context, batch: Batch, display: DisplayFactory) -> dict[str, st
     bringup.secure_run_dir(ctx.run_dir, ctx.report)
     raise_if_cancelled()
     found: Mapping[str, Any] = result.reports.get(ctx.controller, {}).get("upgrade") or {}
-    batch.drained_at = _when(found.get("drained_at"))
-    done = _when(found.get("jobs_done_at"))
-    if batch.drained_at and done:
-        batch.drain_wait_s = round(float(found["jobs_done_at"]) - float(found["drained_at"]), 1)
-    batch.jobs_waited_for = [str(j) for j in found.get("jobs_at_drain") or []]
-    batch.jobs_cancelled = [str(j) for j in found.get("jobs_cancelled") or []]
+    drained_at, done = _when(found.get("drained_at")), _when(found.get("jobs_done_at"))
+    ctx.report.update_batch(
+        batch, drained_at=drained_at,
+        drain_wait_s=round(float(found["jobs_done_at"]) - float(found["drained_at"]), 1)
+        if drained_at and done else None,
+        jobs_waited_for=[str(j) for j in found.get("jobs_at_drain") or []],
+        jobs_cancelled=[str(j) for j in found.get("jobs_cancelled") or []])
     left = [str(j) for j in found.get("jobs_left") or []]
     nodes = ", ".join(batch.nodes)
     if phase.ok:
         return {str(k): str(v) for k, v in (found.get("held") or {}).items()}
     if left:
-        batch.outcome = "drain timed out"
-        batch.detail = (f"{len(left)} job(s) still ran on {nodes} after "
-                        f"{ctx.settings.drain_timeout_s} s: {'; '.join(left)}")
-        batch.kept_drained = {node: f"{REASON_PREFIX}{ctx.settings.stack} (drained, the "
-                              "upgrade stopped waiting for its jobs)" for node in batch.nodes}
-        ctx.report.notes.append(
+        ctx.report.update_batch(
+            batch, outcome="drain timed out",
+            detail=(f"{len(left)} job(s) still ran on {nodes} after "
+                    f"{ctx.settings.drain_timeout_s} s: {'; '.join(left)}"),
+            kept_drained={node: f"{REASON_PREFIX}{ctx.settings.stack} (drained, the upgrade "
+                          "stopped waiting for its jobs)" for node in batch.nodes})
+        ctx.report.add_note(
             f"batch {batch.number}: jobs still run on {nodes} after the drain timeout "
             f"({ctx.settings.drain_timeout_s} s): {'; '.join(left)}. The nodes stay drained; "
             "the upgrade stopped before touching them (wait for the jobs, raise "
             "--drain-timeout, or --force to cancel them)")
     else:
         why = next((f"{f.task}: {f.message}" for f in result.failures), result.status)
-        batch.outcome = "drain failed"
-        batch.detail = f"could not drain {nodes} in Slurm on {ctx.controller}: {why}"
-        ctx.report.notes.append(f"batch {batch.number}: {batch.detail}; the upgrade stopped "
-                                "before touching the nodes")
+        ctx.report.update_batch(
+            batch, outcome="drain failed",
+            detail=f"could not drain {nodes} in Slurm on {ctx.controller}: {why}")
+        ctx.report.add_note(f"batch {batch.number}: {batch.detail}; the upgrade stopped "
+                            "before touching the nodes")
     return None
 
 
@@ -305,15 +316,16 @@ def _resume(ctx: _Context, batch: Batch, lost: Mapping[str, Mapping[str, Any]],
     stack = ctx.settings.stack
     resume = [node for node in batch.nodes if node not in lost and node not in held]
     keep: dict[str, str] = {}
+    kept: dict[str, str] = {}
     for node in batch.nodes:
         if node in lost:
             reason = failure_reason(stack, lost[node])
-            keep[node] = slurm.reason(f"{reason}; drained before: {held[node]}"
-                                      if node in held else reason)
-            batch.kept_drained[node] = keep[node]
+            keep[node] = kept[node] = slurm.reason(f"{reason}; drained before: {held[node]}"
+                                                   if node in held else reason)
         elif node in held:
-            batch.kept_drained[node] = (f"drained before the upgrade (Reason={held[node]}): "
-                                        "left drained with that reason")
+            kept[node] = (f"drained before the upgrade (Reason={held[node]}): left drained "
+                          "with that reason")
+    ctx.report.update_batch(batch, kept_drained=kept)
     if not resume and not keep:
         return True
     with display(f"resume ({RESUME_PLAYBOOK})") as progress:
@@ -328,11 +340,11 @@ def _resume(ctx: _Context, batch: Batch, lost: Mapping[str, Mapping[str, Any]],
     bringup.secure_run_dir(ctx.run_dir, ctx.report)
     raise_if_cancelled()
     if phase.ok:
-        batch.resumed = resume
+        ctx.report.update_batch(batch, resumed=resume)
         return True
     why = next((f"{f.task}: {f.message}" for f in result.failures), result.status)
-    for node in resume:
-        batch.kept_drained[node] = (f"upgraded and validated, but resuming it in Slurm failed "
-                                    f"({why}): scontrol update NodeName={node} State=RESUME")
-    batch.detail = f"resume.yml failed on {ctx.controller}: {why}"
+    ctx.report.update_batch(
+        batch, detail=f"resume.yml failed on {ctx.controller}: {why}",
+        kept_drained={node: f"upgraded and validated, but resuming it in Slurm failed ({why}): "
+                            f"scontrol update NodeName={node} State=RESUME" for node in resume})
     return False

@@ -96,12 +96,12 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
         with _stop_signals():
             report, run_dir = bringup.start_report(cp, command)
             if resumes is not None:
-                report.resumes, report.retried_hosts = resumes.run_id, list(resumes.hosts)
-                report.notes.append(
+                report.record_resume(resumes.run_id, resumes.hosts)
+                report.add_note(
                     f"resumes run {resumes.run_id}: {', '.join(resumes.hosts)} from "
                     f"{resumes.phase}, then {bringup.WHOLE_CLUSTER_FROM} and after on every node")
             if lock.stale:
-                report.notes.append(
+                report.add_note(
                     f"took over a stale lock of PID {lock.stale.get('pid')} (started "
                     f"{lock.stale.get('started_at', '?')}), which is no longer running")
             if cp.simulated:
@@ -113,16 +113,16 @@ def _run(args: argparse.Namespace, cp: ClusterPlan, command: str,
                                                      _display_factory(args))
             except run_cancel.Interrupted as exc:
                 with _signals_held():
-                    report.notes.append(f"interrupted by {exc.name}: ansible-playbook was "
-                                        "stopped; the phases after it did not run")
+                    report.add_note(f"interrupted by {exc.name}: ansible-playbook was "
+                                    "stopped; the phases after it did not run")
                     report.finish(128 + exc.signum, "interrupted")
                     vars(exc)["report_path"] = _save_quietly(report, run_dir)
                 raise
             except BaseException as exc:
                 with _signals_held():
                     code = exc.exit_code if isinstance(exc, ProvisionerError) else EXIT_FAILED
-                    report.notes.append(f"the run stopped on an error: {type(exc).__name__}: "
-                                        f"{' '.join(str(exc).split())[:300]}")
+                    report.add_note(f"the run stopped on an error: {type(exc).__name__}: "
+                                    f"{' '.join(str(exc).split())[:300]}")
                     report.finish(code, "error")
                     _save_quietly(report, run_dir)
                 raise
