@@ -3,8 +3,8 @@ folded into a Report. Never prints: progress goes to the callback the CLI suppli
 
 from __future__ import annotations
 
+import functools
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -32,7 +32,7 @@ from provisioner.ssh_policy import connection_settings, host_key_checking_off
 from provisioner.untrusted import secrets_in
 
 if TYPE_CHECKING:
-    from provisioner.wheelhouse import NodePlatform
+    from provisioner.smoke_launch import FactsGathered
 
 # (phase name, playbook). site.yml chains the same playbooks for plain ansible-playbook use.
 UP_PHASES: tuple[tuple[str, str], ...] = (
@@ -209,34 +209,24 @@ def _losses(result: PlaybookResult, checks: Sequence[Check], phase: str) -> dict
 
 
 def start_report(plan: ClusterPlan, command: str) -> tuple[Report, Path]:
-    from datetime import UTC, datetime
-
+    """The run's report, started from the plan, and its private run directory."""
     run_id = new_run_id()
     run_dir = private_dir(private_dir(runs_dir()) / run_id)
-    report = Report(run_id=run_id, command=command, inventory=str(plan.inventory.source),
-                    simulated=plan.simulated,
-                    started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     inv_hosts = plan.inventory.hosts.values()
-    report._secrets = secrets_in([e.vars for e in inv_hosts] + [e.connection for e in inv_hosts])
-    report.host_key_checking_off = host_key_checking_off(
-        {e.name: e.connection for e in inv_hosts})
-    report.connection = connection_settings({e.name: e.connection for e in inv_hosts})
-    if report.host_key_checking_off:
-        report.notes.append(f"SSH host key checking is OFF for {len(report.host_key_checking_off)}"
-                            f" host(s) ({', '.join(report.host_key_checking_off[:5])}): the "
-                            "inventory turns it off")
-    for note in plan.lifecycle:
-        report.driver_lifecycle.append({"stack": note.stack, "branch": note.branch,
-                                        "end_of_life": note.end, "kind": note.kind,
-                                        "hosts": list(note.hosts)})
-        report.notes.append(note.text)
-    report.notes.extend(plan.notes)
-    for name, host in plan.hosts.items():
-        report.hosts[name] = {
-            "kind": host.kind,
-            "profile": host.profile.name if host.profile else None,
-            "stack": host.stack.as_vars() if host.stack else None,
-        }
+    connections = {e.name: e.connection for e in inv_hosts}
+    report = Report.start(
+        run_id, command, str(plan.inventory.source), plan.simulated,
+        inventory_secrets=secrets_in([e.vars for e in inv_hosts]
+                                     + [e.connection for e in inv_hosts]),
+        host_key_checking_off=host_key_checking_off(connections),
+        connection=connection_settings(connections),
+        driver_lifecycle=[{"stack": note.stack, "branch": note.branch, "end_of_life": note.end,
+                           "kind": note.kind, "hosts": list(note.hosts)}
+                          for note in plan.lifecycle],
+        notes=[*(note.text for note in plan.lifecycle), *plan.notes],
+        hosts={name: {"kind": host.kind, "profile": host.profile.name if host.profile else None,
+                      "stack": host.stack.as_vars() if host.stack else None}
+               for name, host in plan.hosts.items()})
     return report, run_dir
 
 
@@ -248,11 +238,7 @@ def _executor_shards(plan: ClusterPlan, report: Report,
     from provisioner.executors import shard
 
     shards = shard(list(plan.inventory.hosts), executors.names)
-    report.executors = {name: list(hosts) for name, hosts in shards.items()}
-    for name, hosts in shards.items():
-        for host in hosts:
-            if host in report.hosts:
-                report.hosts[host]["executor"] = name
+    report.record_executors(shards)
     return shards
 
 
@@ -275,7 +261,6 @@ def run_phases(plan: ClusterPlan, report: Report, run_dir: Path,
 
 # Where the driver role's rolling_reboot appends each reboot of the run (one JSON line each).
 REBOOT_RECORD = "reboots.jsonl"
-REBOOT_NOTE = re.compile(r"^\d+ reboot\(s\): ")
 
 
 def reboots_down_at_once(reboots: Sequence[Mapping[str, Any]]) -> int:
@@ -301,14 +286,12 @@ def _record_reboots(report: Report, run_dir: Path) -> None:
         return
     reboots = [json.loads(line) for line in lines if line.strip()]
     reboots.sort(key=lambda r: str(r.get("started_at")))
-    report.reboots = reboots
     outcomes = Counter(str(r.get("outcome")) for r in reboots)
     # A run of several batches (upgrade) reads the record after each: one note, the latest.
-    report.notes = [n for n in report.notes if not REBOOT_NOTE.match(n)]
-    report.notes.append(
+    report.record_reboots(reboots, (
         f"{len(reboots)} reboot(s): " + ", ".join(f"{n} {what}" for what, n in
                                                  sorted(outcomes.items()))
-        + f"; at most {reboots_down_at_once(reboots)} node(s) down at once")
+        + f"; at most {reboots_down_at_once(reboots)} node(s) down at once"))
 
 
 @dataclass(frozen=True)
@@ -351,13 +334,13 @@ def _judge_stack(plan: ClusterPlan, report: Report, result: PlaybookResult, ok: 
     # nothing, so there is nothing to judge.
     if options.check_mode:
         return
-    report.checks.extend(stack_checks(plan, result.reports, completed=ok,
-                                      hosts_run=set(result.stats)))
+    report.add_checks(stack_checks(plan, result.reports, completed=ok,
+                                   hosts_run=set(result.stats)))
 
 
 def _monitoring_notes(plan: ClusterPlan, report: Report, result: PlaybookResult,
                       _ok: bool, _options: RunOptions) -> None:
-    report.notes.extend(monitoring_notes(plan, result.reports))
+    report.add_notes(monitoring_notes(plan, result.reports))
 
 
 PHASE_HOOKS: dict[str, PhaseHooks] = {
@@ -452,7 +435,7 @@ def _unjudged(plan: ClusterPlan, report: Report, name: str, hooks: PhaseHooks,
     if not (options.check_mode and hooks.measures_cluster and state.would_change - set(lost)):
         return []
     unjudged = sorted(state.would_change - set(lost))
-    report.notes.append(
+    report.add_note(
         f"check mode: {name} skips {', '.join(unjudged)}: an earlier phase would change "
         "them first, so what it measures now is not what the run would leave")
     if not set(plan.hosts) - set(lost) - set(unjudged):
@@ -491,24 +474,24 @@ def _go_on(plan: ClusterPlan, report: Report, name: str, result: PlaybookResult,
            state: _RunState) -> bool:
     """The loss policy after a phase: whether the run goes on, the nodes it lost recorded and
     noted."""
-    lost = report.lost_hosts
     if state.allowed is None:
         state.allowed = allowed_losses(options.max_fail, len(result.stats) or len(plan.hosts))
     newly = _losses(result, new_checks, name)
-    lost.update(newly)
+    report.record_lost(newly)
+    lost = report.lost_hosts
     if ok and not newly:
         return True
     survivors = [host for host in result.stats if host not in lost]
     if not survivors or not newly:
         return False  # nobody left to go on with, or the playbook itself failed
     if len(lost) > state.allowed:
-        report.notes.append(
+        report.add_note(
             f"stopped after {name}: {len(lost)} node(s) lost ({', '.join(sorted(lost))}), "
             f"the run may lose {state.allowed} (--max-fail "
             f"{options.max_fail or 'default: 0 up to 8 nodes, else 5%'})")
         return False
-    report.notes.append(f"{name}: going on without {', '.join(sorted(newly))} "
-                        f"({len(lost)} lost, the run may lose {state.allowed})")
+    report.add_note(f"{name}: going on without {', '.join(sorted(newly))} "
+                    f"({len(lost)} lost, the run may lose {state.allowed})")
     return True
 
 
@@ -547,37 +530,22 @@ def monitoring_notes(plan: ClusterPlan, reports: Mapping[str, Mapping[str, Any]]
 
 def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: list[Path],
               index: int, options: RunOptions, display: DisplayFactory) -> bool:
-    """The smoke job phase: gather the GPU nodes' platforms afresh (facts.yml), build and serve
-    the wheelhouse for them, run smoke.yml, judge every pass."""
-    from provisioner.paths import cache_dir
-    from provisioner.smoke_launch import (
-        builds_wheelhouse,
-        extravars,
-        fold_results,
-        locked_requirements,
-        wheelhouse_url,
-    )
+    """The smoke job phase: smoke_launch prepares it (the GPU nodes' platforms gathered afresh
+    by facts.yml, the wheelhouse built and served for them, the role's variables), smoke.yml
+    runs, every pass is judged."""
+    from provisioner.smoke_launch import fold_results, prepared
 
-    limit = options.limit
-    platforms: list[NodePlatform] = []
     lost_before = len(report.lost_hosts)
-    locked: dict[str, str] = {}
-    if builds_wheelhouse(plan):
-        gathered = _gather_platforms(plan, report, run_dir, inventories, index, options, display)
-        if gathered is None:
+    gather = functools.partial(_gather_platforms, plan, report, run_dir, inventories, index,
+                               options, display)
+    with prepared(plan, report, run_dir, options.limit, gather, launcher=options.launcher,
+                  framework=options.framework, container=options.container) as launch:
+        if launch is None:
             return False
-        limit, platforms = gathered
-        locked = locked_requirements(plan, platforms, options.framework)
-    house = wheelhouse_url(plan, cache_dir(), platforms, framework=options.framework)
-    with house as url, display("smoke (smoke.yml)") as progress:
-        result = run_playbook(SMOKE_PHASE[1], inventories, run_dir, f"{index:02d}-smoke",
-                              extravars=extravars(plan, report.run_id, run_dir, url,
-                                                  launcher=options.launcher,
-                                                  framework=options.framework,
-                                                  locked=locked,
-                                                  container=options.container),
-                              limit=limit, timeout=options.timeout_s,
-                              on_progress=progress)
+        with display("smoke (smoke.yml)") as progress:
+            result = run_playbook(SMOKE_PHASE[1], inventories, run_dir, f"{index:02d}-smoke",
+                                  extravars=launch.extravars, limit=launch.limit,
+                                  timeout=options.timeout_s, on_progress=progress)
     phase = report.add_phase("smoke", result)
     secure_run_dir(run_dir, report)
     raise_if_cancelled()
@@ -590,12 +558,11 @@ def run_smoke(plan: ClusterPlan, report: Report, run_dir: Path, inventories: lis
 
 def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
                       inventories: list[Path], index: int, options: RunOptions,
-                      display: DisplayFactory) -> tuple[str | None, list[NodePlatform]] | None:
-    """facts.yml on the smoke run's GPU nodes: the platforms they publish (a note for nodes
-    that publish none) and the smoke job's limit. A node the play cannot reach or fails on is
-    lost, as in the other phases, and left out of the job; None when no node is left or the
-    play itself failed."""
-    from provisioner.smoke_launch import platforms_of
+                      display: DisplayFactory) -> FactsGathered | None:
+    """facts.yml on the smoke run's GPU nodes: what they publish and the smoke job's limit. A
+    node the play cannot reach or fails on is lost, as in the other phases, and left out of
+    the job; None when no node is left or the play itself failed."""
+    from provisioner.smoke_launch import FactsGathered
 
     name, playbook = FACTS_PHASE
     with display(f"{name} ({playbook})") as progress:
@@ -609,20 +576,18 @@ def _gather_platforms(plan: ClusterPlan, report: Report, run_dir: Path,
     # Recorded as lost in the smoke phase: `up --retry-failed` reruns that phase, this play
     # included.
     newly = _losses(result, [], SMOKE_PHASE[0])
-    report.lost_hosts.update(newly)
+    report.record_lost(newly)
     reached = [host for host in result.stats if host not in newly]
     failed = not phase.ok and not newly  # the play itself, not a node
     if failed or not reached:
-        report.notes.append(f"the smoke job did not run: {playbook} "
-                            + ("failed" if failed else "reached no GPU node"))
+        report.add_note(f"the smoke job did not run: {playbook} "
+                        + ("failed" if failed else "reached no GPU node"))
         return None
     if newly:
-        report.notes.append(f"{name}: the smoke job goes on without "
-                            f"{', '.join(sorted(newly))} ({len(report.lost_hosts)} lost)")
+        report.add_note(f"{name}: the smoke job goes on without "
+                        f"{', '.join(sorted(newly))} ({len(report.lost_hosts)} lost)")
     gpu = [host for host in reached if host in plan.hosts and plan.hosts[host].kind == "gpu"]
-    platforms, notes = platforms_of(result.reports, gpu)
-    report.notes.extend(notes)
-    return _limit_without(options.limit, newly), platforms
+    return FactsGathered(_limit_without(options.limit, newly), gpu, result.reports)
 
 
 def secure_run_dir(run_dir: Path, report: Report) -> None:

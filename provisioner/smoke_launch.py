@@ -1,6 +1,7 @@
-"""Launching the distributed smoke job from the controller: wheelhouse, variables for the
-smoke_job role, and turning the per-node results into report sections judged against the
-profile's busbw floors."""
+"""Launching the distributed smoke job from the controller: the phase prepared in one call
+(:func:`prepared`: the nodes' platforms, the wheelhouse, variables for the smoke_job role), and
+turning the per-node results into report sections judged against the profile's busbw floors
+(:func:`fold_results`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,56 @@ SIM_TIMEOUT_S = 90
 
 def _first_gpu_host(plan: ClusterPlan) -> str:
     return next(h for h, hp in plan.hosts.items() if hp.kind == "gpu")
+
+
+@dataclass(frozen=True)
+class FactsGathered:
+    """What playbooks/facts.yml found for the smoke job (the phase runs the play and judges
+    the nodes it lost): the job's limit without those nodes, the GPU nodes it reached, and what
+    each node published (host -> report sections)."""
+
+    limit: str | None
+    gpu_hosts: list[str]
+    reports: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class SmokeLaunch:
+    """What smoke.yml runs with: the smoke_job role's variables and the nodes it runs on."""
+
+    extravars: dict[str, Any]
+    limit: str | None
+
+
+@contextlib.contextmanager
+def prepared(plan: ClusterPlan, report: Report, run_dir: Path, limit: str | None,
+             gather: Callable[[], FactsGathered | None], *, launcher: str = "direct",
+             framework: str = "pytorch", container: str | None = None,
+             cache: Path | None = None) -> Iterator[SmokeLaunch | None]:
+    """The smoke phase made ready, for as long as the ``with`` lasts (the wheelhouse is served
+    that long). Unless the inventory names a site index (:func:`builds_wheelhouse`), ``gather``
+    first reads the GPU nodes' platforms afresh: the wheelhouse is built for what they publish
+    now (a note names the nodes that publish none), with each platform's locked requirements,
+    and the job leaves out the nodes it lost. None when ``gather`` finds no node to run on (its
+    note is in the report). ``cache``: where a wheelhouse the controller serves is built
+    (default: the provisioner's cache directory)."""
+    from provisioner.paths import cache_dir
+
+    platforms: list[NodePlatform] = []
+    locked: dict[str, str] = {}
+    if builds_wheelhouse(plan):
+        gathered = gather()
+        if gathered is None:
+            yield None
+            return
+        platforms, notes = platforms_of(gathered.reports, gathered.gpu_hosts)
+        report.add_notes(notes)
+        limit = gathered.limit
+        locked = locked_requirements(plan, platforms, framework)
+    with wheelhouse_url(plan, cache or cache_dir(), platforms, framework=framework) as url:
+        yield SmokeLaunch(extravars(plan, report.run_id, run_dir, url, launcher=launcher,
+                                    framework=framework, locked=locked, container=container),
+                          limit)
 
 
 def builds_wheelhouse(plan: ClusterPlan) -> bool:
@@ -226,7 +277,7 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                 ok = ok and run["verdict"]["passed"]
                 runs.append(run)
                 verdict = run["verdict"]
-                report.checks.append(Check(
+                report.add_check(Check(
                     host=host, phase="smoke", name="nccl_tests_busbw",
                     status=("fail" if not verdict["passed"] else
                             "skip" if verdict["floor_skipped"] else "pass"),
@@ -245,7 +296,7 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                               no_floor)
             ok = ok and run["verdict"]["passed"]
             runs.append(run)
-            report.checks.append(Check(
+            report.add_check(Check(
                 host=host, phase="smoke", name=f"{name}_node",
                 status="pass" if run["verdict"]["passed"] else "fail",
                 measured=_round(run["verdict"]["best_busbw_gbps"]),
@@ -253,12 +304,11 @@ def fold_results(plan: ClusterPlan, report: Report, run_dir: Path,
                 detail=run["verdict"]["summary"]))
     if not runs:
         ok = False
-        report.notes.append("the smoke job produced no results"
-                            + (f" (unreachable: {', '.join(unreachable)})" if unreachable else ""))
-    report.smoke = {"simulated": plan.simulated, "launcher": launcher,
-                    "framework": framework, "runs": runs}
-    if container:
-        report.smoke["container"] = container
+        report.add_note("the smoke job produced no results"
+                        + (f" (unreachable: {', '.join(unreachable)})" if unreachable else ""))
+    report.record_smoke({"simulated": plan.simulated, "launcher": launcher,
+                         "framework": framework, "runs": runs,
+                         **({"container": container} if container else {})})
     return ok and not unreachable
 
 
