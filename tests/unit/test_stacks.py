@@ -37,7 +37,8 @@ AS_VARS_KEYS = {
     "gpu_stack", "nvidia_driver_branch", "nvidia_driver_version", "nvidia_driver_module_flavor",
     "nvidia_fabricmanager_enabled", "nvidia_fabricmanager_version", "cuda_version",
     "cuda_toolkit_version", "cudnn_version", "nccl_version", "nvidia_container_toolkit_version",
-    "dcgm_version", "nvidia_driver_dnf_module_stream", "nvidia_fabricmanager_nvlsm_enabled",
+    "dcgm_version", "nvidia_driver_dnf_module_stream", "nvidia_driver_module_source",
+    "nvidia_driver_precompiled_kmod", "nvidia_fabricmanager_nvlsm_enabled",
     "nvidia_fabricmanager_nvlsm_packages", "nvidia_fabricmanager_kernel_modules",
 }
 V100 = PROFILES["sxm2-v100-8gpu"]
@@ -212,6 +213,8 @@ def test_resolves_each_stack(stack_name: str, profile_name: str, flavor: str, fm
         "dcgm_version": stack.dcgm.version,
         "nvidia_driver_dnf_module_stream":
             f"nvidia-driver:{stack.driver.branch}-{'open' if flavor == 'open' else 'dkms'}",
+        "nvidia_driver_module_source": "dkms",
+        "nvidia_driver_precompiled_kmod": "",
         "nvidia_fabricmanager_nvlsm_enabled": profile_name == "hgx-b200-8gpu",
         "nvidia_fabricmanager_nvlsm_packages": (
             {"apt": ["nvlsm", "libibumad3", "infiniband-diags"],
