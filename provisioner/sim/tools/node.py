@@ -154,16 +154,26 @@ LOCKDOWN_REFUSAL = ("Lockdown: modprobe: unsigned module loading is restricted; 
                     "see man kernel_lockdown.7")
 
 
+# Where the running kernel's nvidia.ko can be, in the order modprobe prefers them: the DKMS
+# build under updates/ (tools/dkms.py), then NVIDIA's precompiled one under extra/ (sim/
+# precompiled_kmod.py, kmod-nvidia.spec's kmod_module_path). depmod ranks updates/ first: "By
+# default, depmod will give a higher priority to a directory with the name updates using this
+# built-in search string: "updates built-in"" (kmod, depmod.d(5)), extra/ being built-in's.
+NVIDIA_KO_PATHS = ("updates/dkms/nvidia.ko", "extra/drivers/video/nvidia/nvidia.ko")
+
+
 def _secure_boot_refusal_sh() -> list[str]:
     """Shell lines setting ``refused`` (empty: the module may load): with the SecureBoot
-    variable 1, the running kernel's nvidia.ko must be signed by a key in the MOK list (its
-    signer, as ``modinfo -F signer`` reads it, the commonName of a certificate ``mokutil
-    --list-enrolled`` prints)."""
+    variable 1, the running kernel's nvidia.ko that modprobe would load (NVIDIA_KO_PATHS, the
+    first present) must be signed by a key in the MOK list (its signer, as ``modinfo -F
+    signer`` reads it, the commonName of a certificate ``mokutil --list-enrolled`` prints)."""
     secure_boot = f"{EFIVARS}/SecureBoot-{EFI_GLOBAL_GUID}"
+    first, *others = NVIDIA_KO_PATHS
     return [
         "refused=",
         f'if [ "$(od -An -tu1 -j4 -N1 {secure_boot} 2>/dev/null | tr -d " \\n")" = 1 ]; then',
-        "  ko=/lib/modules/$(uname -r)/updates/dkms/nvidia.ko",
+        f"  ko=/lib/modules/$(uname -r)/{first}",
+        *(f'  [ -e "$ko" ] || ko=/lib/modules/$(uname -r)/{path}' for path in others),
         '  signer=$(PATH="$PATH:/sbin:/usr/sbin" modinfo -F signer "$ko" 2>/dev/null)',
         '  if [ -z "$signer" ] || ! PATH="$PATH:/usr/local/bin" mokutil --list-enrolled '
         '2>/dev/null | grep -qF "CN = $signer"; then',
