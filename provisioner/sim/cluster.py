@@ -49,7 +49,7 @@ from provisioner.sim.faults import (
     validate,
 )
 from provisioner.sim.image import NodeImage, ensure_image, image_for
-from provisioner.sim.kernel_packages import kernel_debs_dir, kernel_packages
+from provisioner.sim.kernel_packages import kernel_debs_dir, kernel_packages, node_kernel
 from provisioner.sim.mirror import build_packages
 from provisioner.sim.releases import RELEASES_DIR, build_releases, runtime_files, tarball_sha256
 from provisioner.sim.stand_in_packages import Mirror, build_mirror
@@ -201,7 +201,7 @@ def apply_faults(spec: SimSpec, profile_json: Mapping[str, Any], say: Progress) 
     file, the simulated kernel log and the InfiniBand sysfs tree, the same content a new node
     gets. Nothing else on the node changes. An error counter a fault sets rises on the running
     node (validate and gpuc-health judge the rise since their last reading)."""
-    kernel = os.uname().release
+    kernel = node_kernel()
     log = SIM_KERNEL_LOG.lstrip("/")
     sysfs = SIM_SYSFS.lstrip("/")
     newer = newer_kernel(kernel)
@@ -264,7 +264,7 @@ def up(spec: SimSpec, inventory_dir: Path, profile_json: Mapping[str, Any],
     podman.run(["network", "create", *_labels(spec), NETWORK])
     fixed = _fixed_addresses([name for name, _group in spec.node_names()])
     client_key = _ensure_client_key(keydir)
-    kernel = os.uname().release
+    kernel = node_kernel()
     mirror = _build_mirror(spec)
     say(f"simulated package mirror built (key {mirror.fingerprint[-16:]})")
     apply_mirror_faults(spec, say)

@@ -10,6 +10,7 @@ cluster that has an arm64 node.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,14 @@ KERNEL_FLAVOURS: dict[tuple[str, str], str] = {
 }
 ARCHITECTURES = ("amd64", "arm64")
 _STAND_IN = "SIMULATED stand-in: no kernel inside"
+
+
+def node_kernel() -> str:
+    """The kernel release every simulated node runs: the controller's (a container runs its
+    host's kernel), e.g. 6.1.0-27-amd64. Its headers are simulated on every node (sim_files),
+    its image and headers packages stand in on Debian-family nodes (kernel_packages), and the
+    rpm mirror carries precompiled NVIDIA modules for it (sim/precompiled_kmod.py)."""
+    return os.uname().release
 
 
 def kernel_flavour(os_name: str, architecture: str = "amd64") -> str | None:
