@@ -57,8 +57,11 @@ _TOOL_PACKAGES = {
     "gpgconf": "gpgconf",
 }
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
-_VERSION_RE = re.compile(r"(?:\d+:)?\d[A-Za-z0-9.+~-]*")
+# "_" too, for an rpm release (2.el9_4: sim/precompiled_kmod.py); dpkg-deb refuses it in a .deb.
+_VERSION_RE = re.compile(r"(?:\d+:)?\d[A-Za-z0-9.+~_-]*")
 _ARCHITECTURES = ("amd64", "arm64", "all")
+# The dependency tags a SimPackage may give its rpm (SimPackage.rpm_relations).
+RPM_RELATION_TAGS = ("Provides", "Requires", "Conflicts", "Supplements")
 # gpg-agent's socket lives in GNUPGHOME when /run/user/UID is absent; sun_path holds 108 bytes.
 _MAX_GNUPGHOME_LEN = 80
 
@@ -86,6 +89,13 @@ class SimPackage:
     scripts_on_rpm: bool = False
     description: str = "simulated package"
     architecture: str = "amd64"
+    # rpm only (sim/rpmrepo.py; the .deb ignores them): dependency lines of the spec as
+    # "Tag: value" (RPM_RELATION_TAGS), a %postun script (run after removal), and %ghost files:
+    # paths the package owns but does not carry (its %post makes them, rpm removes them with
+    # the package).
+    rpm_relations: tuple[str, ...] = ()
+    rpm_postun: str | None = None
+    rpm_ghosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         where = f"simulated package {self.name!r}"
@@ -101,7 +111,12 @@ class SimPackage:
                 raise InputError(f"{where}: relation {relation!r} must be one non-empty entry")
         if "\n" in self.description or not self.description.strip():
             raise InputError(f"{where}: the description must be one non-empty line")
-        for path in self.files:
+        for relation in self.rpm_relations:
+            tag, colon, value = relation.partition(":")
+            if tag not in RPM_RELATION_TAGS or not colon or not value.strip() or "\n" in value:
+                raise InputError(f"{where}: rpm relation {relation!r} must be one line "
+                                 f"'Tag: value' with Tag one of {', '.join(RPM_RELATION_TAGS)}")
+        for path in (*self.files, *self.rpm_ghosts):
             parts = path.split("/")
             if not path.startswith("/") or path.endswith("/") or ".." in parts or "" in parts[1:]:
                 raise InputError(f"{where}: file path {path!r} must be absolute and normalised")

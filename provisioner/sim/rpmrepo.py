@@ -5,7 +5,9 @@ a ``modules.yaml`` in its repodata) and ``libnvidia-container/stable/rpm/x86_64/
 built with ``rpmbuild`` from the same SIMULATED stand-ins as the apt mirror (an older and a newer
 release beside every pin), signed with the mirror's key (``rpmsign``, so ``gpgcheck=1`` is
 real), indexed with ``createrepo_c``; ``modifyrepo_c`` adds the module metadata, so dnf's
-modular filtering hides the driver until its stream is enabled.
+modular filtering hides the driver until its stream is enabled. Beside the DKMS streams, the
+precompiled ones (``<B>``, ``latest``) with NVIDIA's precompiled kernel module packages for the
+nodes' kernel (``sim/precompiled_kmod.py``) and the certificate of their signing key.
 
 Idempotent like the apt mirror: unchanged inputs rebuild nothing and leave the repodata alone.
 """
@@ -18,7 +20,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from provisioner.errors import InputError
@@ -33,6 +35,14 @@ from provisioner.sim.mirror import (
     _write_if_changed,
     require_tools,
 )
+from provisioner.sim.precompiled_kmod import (
+    CERTIFICATE_NAME,
+    USER_SPACE_PACKAGE,
+    certificate_path,
+    is_precompiled_kmod,
+    precompiled_kmods,
+)
+from provisioner.sim.precompiled_kmod import ensure_signing_key as ensure_module_signing_key
 
 CTK_RPM_REPO = "libnvidia-container/stable/rpm/x86_64"
 ARCH = "x86_64"
@@ -91,25 +101,42 @@ def _scriptlet(section: str, script: str) -> list[str]:
 def _spec(pkg: SimPackage, files: Iterable[str]) -> str:
     epoch, version, release = evr(pkg.version)
     # Scriptlets only for packages whose scripts work on every imitated OS (scripts_on_rpm),
-    # in Lua (see _scriptlet). No automatic dependencies: nothing on the node provides them.
+    # in Lua (see _scriptlet). No automatic dependencies: nothing on the node provides them;
+    # the package's own rpm_relations only.
     lines = [f"Name: {pkg.name}"] + ([f"Epoch: {epoch}"] if epoch else []) + [
         f"Version: {version}", f"Release: {release}", f"Summary: {pkg.summary}",
         "License: LicenseRef-simulated", f"BuildArch: {ARCH}", "AutoReqProv: no",
+        *pkg.rpm_relations,
         "%description", "Built by gpu-cluster-provisioner for a simulated cluster: it contains "
         "no NVIDIA software.", "%install", "cp -a %{_stagedir}/. %{buildroot}/"]
     if pkg.scripts_on_rpm and pkg.postinst:
         lines += _scriptlet("%post", pkg.postinst)
     if pkg.scripts_on_rpm and pkg.prerm:
         lines += _scriptlet("%preun", pkg.prerm)
+    if pkg.scripts_on_rpm and pkg.rpm_postun:
+        lines += _scriptlet("%postun", pkg.rpm_postun)
     lines += ["%files"] + [f'"{path}"' for path in sorted(files)]
+    lines += [_ghost(path, pkg.rpm_ghosts) for path in sorted(pkg.rpm_ghosts)]
     return "\n".join(lines) + "\n"
 
 
+def _ghost(path: str, ghosts: Iterable[str]) -> str:
+    """The %files line of a %ghost path: a directory when other ghosts lie under it."""
+    if any(other.startswith(path + "/") for other in ghosts):
+        return f'%ghost %dir %attr(0755,root,root) "{path}"'
+    return f'%ghost %attr(0644,root,root) "{path}"'
+
+
 def _digest(pkg: SimPackage) -> str:
-    data = {"name": pkg.name, "version": pkg.version, "summary": pkg.summary,
-            "scripts": [pkg.postinst, pkg.prerm] if pkg.scripts_on_rpm else None,
-            "files": {p: hashlib.sha256(d).hexdigest() for p, d in pkg.all_files().items()},
-            "modes": {p: pkg.modes[p] for p in sorted(pkg.modes)}, "recipe": 1}
+    data: dict[str, object] = {
+        "name": pkg.name, "version": pkg.version, "summary": pkg.summary,
+        "scripts": [pkg.postinst, pkg.prerm] if pkg.scripts_on_rpm else None,
+        "files": {p: hashlib.sha256(d).hexdigest() for p, d in pkg.all_files().items()},
+        "modes": {p: pkg.modes[p] for p in sorted(pkg.modes)}, "recipe": 1}
+    # Only where set, so the packages without them keep the digest they always had.
+    rpm_only = {"relations": list(pkg.rpm_relations), "ghosts": sorted(pkg.rpm_ghosts),
+                "postun": pkg.rpm_postun if pkg.scripts_on_rpm else None}
+    data.update({key: value for key, value in rpm_only.items() if value})
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -174,20 +201,57 @@ def _sign(rpms: list[Path], key: SigningKey) -> None:
               "--addsign", *map(str, rpms)])
 
 
-def modules_yaml(pkgs: Iterable[SimPackage]) -> str:
-    """modulemd v2 documents of the nvidia-driver streams: per driver branch, <B>-open and
-    <B>-dkms, each listing every release of its packages as artifacts (NEVRA)."""
-    streams: dict[str, list[SimPackage]] = {}
+def _streams(pkgs: Iterable[SimPackage]) -> dict[str, tuple[list[SimPackage], tuple[str, ...]]]:
+    """{stream: (its packages, its default profile's rpms)}: per driver branch B, B-open and
+    B-dkms; B where precompiled kernel modules of B are among ``pkgs`` (its user space and those
+    modules), and latest, the same as the newest such branch."""
+    streams: dict[str, tuple[list[SimPackage], tuple[str, ...]]] = {}
+    user_space: dict[str, list[SimPackage]] = {}
+    precompiled: dict[str, list[SimPackage]] = {}
     for pkg in pkgs:
         _epoch, version, _release = evr(pkg.version)
         branch = re.match(r"\d+", version)
+        if not branch:
+            continue
         for kind, names in _MODULE_PACKAGES.items():
-            if pkg.name in names and branch:
-                streams.setdefault(f"{branch.group(0)}-{kind}", []).append(pkg)
+            if pkg.name in names:
+                streams.setdefault(f"{branch.group(0)}-{kind}", ([], names))[0].append(pkg)
+        if pkg.name == USER_SPACE_PACKAGE:
+            user_space.setdefault(branch.group(0), []).append(pkg)
+        if is_precompiled_kmod(pkg):
+            precompiled.setdefault(branch.group(0), []).append(pkg)
+    # The precompiled streams' default profile: the user space, which the module supplements
+    # (NVIDIA's genmodules.py lists nvidia-driver alone in the default profile of B and latest,
+    # and the kmod packages among the artifacts; NVIDIA/yum-packaging-precompiled-kmod).
+    for number in sorted(precompiled, key=int):
+        streams[number] = ([*user_space.get(number, []), *precompiled[number]],
+                           (USER_SPACE_PACKAGE,))
+    if precompiled:
+        # genmodules.py: "Add 'latest' branch with the same version as the highest-versioned
+        # other branch".
+        streams["latest"] = streams[max(precompiled, key=int)]
+    return streams
+
+
+def _defaults(streams: Iterable[str]) -> str:
+    """The modulemd-defaults document: the default profile of the precompiled streams, so
+    `dnf module install nvidia-driver:<B>` needs no /default (UEFI.md, "Precompiled driver").
+    NVIDIA's genmodules.py names every stream's default profile and makes latest the default
+    stream; here no stream is a default (nothing is enabled until a node enables a stream) and
+    the DKMS streams keep needing /default, as the mirror always served them."""
+    return ("---\ndocument: modulemd-defaults\nversion: 1\ndata:\n  module: nvidia-driver\n"
+            "  profiles:\n" + "".join(f'    "{s}": [default]\n' for s in streams) + "...\n")
+
+
+def modules_yaml(pkgs: Iterable[SimPackage]) -> str:
+    """modulemd v2 documents of the nvidia-driver streams (_streams), each listing every
+    release of its packages as artifacts (NEVRA), and, with precompiled streams, the defaults
+    document of their profiles (_defaults)."""
+    streams = _streams(pkgs)
     docs = []
     for stream in sorted(streams):
-        kind = stream.split("-", 1)[1]
-        artifacts = sorted({nevra(p) for p in streams[stream]})
+        members, profile = streams[stream]
+        artifacts = sorted({nevra(p) for p in members})
         docs.append(
             "---\ndocument: modulemd\nversion: 2\ndata:\n  name: nvidia-driver\n"
             f"  stream: \"{stream}\"\n  version: 20240101000000\n  context: \"00000000\"\n"
@@ -197,9 +261,12 @@ def modules_yaml(pkgs: Iterable[SimPackage]) -> str:
             "  dependencies:\n  - buildrequires:\n      platform: [el9]\n"
             "    requires:\n      platform: [el9]\n"
             "  profiles:\n    default:\n      rpms:\n"
-            + "".join(f"      - {name}\n" for name in _MODULE_PACKAGES[kind])
+            + "".join(f"      - {name}\n" for name in profile)
             + "  artifacts:\n    rpms:\n"
             + "".join(f"    - {a}\n" for a in artifacts) + "...\n")
+    precompiled = [s for s in sorted(streams) if "-" not in s]  # B and latest
+    if precompiled:
+        docs.append(_defaults(precompiled))
     return "".join(docs)
 
 
@@ -237,12 +304,36 @@ def build_rpm_repo(rpms: Iterable[Path], repo_dir: Path,
     marker.write_text(digest)
 
 
+def precompiled_certificate(state_dir: Path | None = None) -> Path:
+    """The simulated NVIDIA certificate (DER) the precompiled modules are signed with, on the
+    controller (``state_dir``: the mirror root's parent; by default the simulated cluster's,
+    where `sim up` builds its mirror); the mirror serves it as
+    ``cuda/rhel9/x86_64/NVIDIA2019-public_key.der``."""
+    if state_dir is None:
+        from provisioner.sim.cluster import sim_state_dir
+
+        state_dir = sim_state_dir()
+    return certificate_path(state_dir)
+
+
 def build_rpm_mirror(root: Path, cuda: Mapping[str, list[SimPackage]],
-                     ctk: list[SimPackage], key: SigningKey) -> None:
+                     ctk: list[SimPackage], key: SigningKey,
+                     kernels: Sequence[str] = ()) -> None:
     """The rpm repositories under ``root``: ``cuda`` maps a repository directory (relative to
-    root) to its packages; ``ctk`` is the container toolkit's."""
+    root) to its packages; ``ctk`` is the container toolkit's. With ``kernels`` (the kernel
+    releases the nodes run), each CUDA repository also carries the precompiled kernel modules
+    of its proprietary driver releases for those kernels, with the certificate of their
+    signing key at its root."""
     pool = root.parent / "mirror-pool-rpm"
-    for repo, pkgs in cuda.items():
+    module_key = ensure_module_signing_key(root.parent) if kernels else None
+    for repo, served in cuda.items():
+        pkgs = served if module_key is None else [
+            *served, *precompiled_kmods(served, kernels, module_key)]
         rpms = build_rpms(pkgs, pool / "cuda", key)
         build_rpm_repo(rpms, root / repo, modules_yaml(pkgs))
+        if module_key is not None:
+            # UEFI.md, "Download the X.509 certificate public key": NVIDIA2019-public_key.der
+            # at the repository root, .../cuda/repos/rhel9/x86_64/.
+            _write_if_changed(root / repo / CERTIFICATE_NAME,
+                              module_key.certificate.read_bytes())
     build_rpm_repo(build_rpms(ctk, pool / "ctk", key), root / CTK_RPM_REPO)

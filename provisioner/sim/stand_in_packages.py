@@ -445,10 +445,13 @@ def build_mirror(root: Path, stacks_file: Path, rpm: bool = False,
         build_flat_repo([ctk_debs[name] for name in by_name], root / repo, key,
                         (architecture, "all"))
     if rpm:
+        from provisioner.sim.kernel_packages import node_kernel
         from provisioner.sim.rpmrepo import build_rpm_mirror
 
         rpm_cuda, rpm_ctk = all_packages(matrix, "rhel9")
-        build_rpm_mirror(root, {cuda_repo("rhel9"): rpm_cuda}, rpm_ctk, key)
+        # NVIDIA's precompiled kernel modules for the kernel the imitated Rocky nodes run.
+        build_rpm_mirror(root, {cuda_repo("rhel9"): rpm_cuda}, rpm_ctk, key,
+                         kernels=(node_kernel(),))
     keyfile = root / KEY_PATH
     keyfile.parent.mkdir(parents=True, exist_ok=True)
     armored = key.armored.read_bytes()
