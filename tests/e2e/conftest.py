@@ -24,7 +24,8 @@ HERE = Path(__file__).resolve().parent
 # Modules that build clusters of another shape (other OS, other node count): they run after
 # every module of the shared cluster, which they replace.
 OWN_CLUSTER_MODULES = ("test_measured_as_defined_e2e.py", "test_os_matrix_e2e.py",
-                       "test_multi_node_nvlink_e2e.py", "test_roce_e2e.py", "test_arm64_e2e.py")
+                       "test_multi_node_nvlink_e2e.py", "test_roce_e2e.py", "test_arm64_e2e.py",
+                       "test_precompiled_e2e.py")
 
 
 # The extended tier (`make e2e-extended`, not part of `make test`): `make test` must finish
@@ -73,6 +74,9 @@ EXTENDED = (
     "test_roce_e2e.py",
     # an emulated arm64 node of its own (qemu-user-static): its image, one `up`
     "test_arm64_e2e.py",
+    # a Rocky 9 cluster of its own with precompiled kernel modules: five `up`s (install, rerun,
+    # a kernel without a package, Secure Boot's enrolment requested, then confirmed)
+    "test_precompiled_e2e.py",
 )
 
 
