@@ -147,9 +147,12 @@ def _driver_loaded(host: str, drv: Section | None, planned: str, completed: bool
 def _driver_kernels(host: str, drv: Section | None, planned: str,
                     completed: bool) -> Check | None:
     """The driver's DKMS module for the running kernel and every newer installed one (the role
-    measured ``dkms status``): a kernel a reboot may bring up without it is a node that comes
-    back without a driver. An older kernel without it (a manual fallback) is a warning."""
-    want = f"{planned} built for the running kernel and every newer one"
+    measured ``dkms status``), or its precompiled package (module source precompiled: the role
+    measured ``rpm -q``): a kernel a reboot may bring up without it is a node that comes back
+    without a driver. An older kernel without it (a manual fallback) is a warning."""
+    precompiled = bool(drv) and str(drv.get("module_source")) == "precompiled"
+    made, tool = ("installed", "rpm -q") if precompiled else ("built", "dkms status")
+    want = f"{planned} {made} for the running kernel and every newer one"
     if not drv:
         return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
                              completed)
@@ -158,7 +161,7 @@ def _driver_kernels(host: str, drv: Section | None, planned: str,
                      "not checked: nvidia_driver_dkms_check is off")
     kernels = drv.get("kernels")
     if not isinstance(kernels, Mapping) or not kernels:
-        return _not_measured(host, "driver_kernels", "nvidia_driver", "dkms status", want,
+        return _not_measured(host, "driver_kernels", "nvidia_driver", tool, want,
                              completed)
     states = {str(k): str(v) for k, v in sorted(kernels.items())}
     required = drv.get("kernels_required")
@@ -169,14 +172,16 @@ def _driver_kernels(host: str, drv: Section | None, planned: str,
     old = [k for k, v in states.items() if v != "installed" and k not in must]
     if bad:
         return Check(host, "stack", "driver_kernels", "fail", measured, want,
-                     f"the driver's module is not built for kernel {', '.join(bad)}: a reboot "
+                     f"the driver's module is not {made} for kernel {', '.join(bad)}: a reboot "
                      "into it leaves the node without a GPU driver")
     if old:
         return Check(host, "stack", "driver_kernels", "warn", measured, want,
                      f"older kernel {', '.join(old)} has no driver module: booting it by hand "
                      "leaves the node without a GPU driver")
-    return Check(host, "stack", "driver_kernels", "pass", measured, want,
-                 f"dkms has the driver's module for all {len(states)} installed kernel(s)")
+    detail = (f"the driver's precompiled package is installed for all {len(states)} kernel(s) "
+              "a reboot may bring up" if precompiled else
+              f"dkms has the driver's module for all {len(states)} installed kernel(s)")
+    return Check(host, "stack", "driver_kernels", "pass", measured, want, detail)
 
 
 def _kernel_hold(host: str, drv: Section | None) -> Check | None:

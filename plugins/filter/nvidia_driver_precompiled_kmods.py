@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
-
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.precompiled import (
     kernel_states,
     kmod_names,
@@ -46,7 +45,9 @@ options:
 EXAMPLES = r"""
 - name: The precompiled module package of every kernel a reboot may bring up
   ansible.builtin.debug:
-    msg: "{{ nvidia_driver_precompiled_kmod | gpucluster.provisioner.nvidia_driver_precompiled_kmods(kernels) }}"
+    msg: >-
+      {{ nvidia_driver_precompiled_kmod
+         | gpucluster.provisioner.nvidia_driver_precompiled_kmods(kernels) }}
 """
 
 RETURN = r"""

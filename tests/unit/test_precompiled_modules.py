@@ -90,3 +90,19 @@ def test_dkms_gives_no_names_no_query_and_is_what_dkms_checks() -> None:
     wanted = kmods_filter.nvidia_driver_dkms_wanted
     assert [wanted("dkms", True), wanted("dkms", "false"), wanted("precompiled", True)] == [
         True, False, False]
+
+
+def test_the_judge_says_installed_package_for_a_precompiled_node() -> None:
+    from provisioner.judge import _driver_kernels
+    drv = {"module_source": "precompiled", "kernels_checked": True,
+           "kernels": {"5.14.0-427.13.1.el9_4.x86_64": "missing"},
+           "kernels_required": ["5.14.0-427.13.1.el9_4.x86_64"]}
+    check = _driver_kernels("gpu-01", drv, "580.105.08", True)
+    assert check is not None and check.status == "fail"
+    assert check.expected == "580.105.08 installed for the running kernel and every newer one"
+    assert "not installed for kernel 5.14.0-427.13.1.el9_4.x86_64" in check.detail
+    drv["kernels"] = {"5.14.0-427.13.1.el9_4.x86_64": "installed"}
+    passed = _driver_kernels("gpu-01", drv, "580.105.08", True)
+    assert passed is not None and passed.status == "pass"
+    assert passed.detail == ("the driver's precompiled package is installed for all 1 kernel(s) "
+                             "a reboot may bring up")
