@@ -173,7 +173,7 @@ def _resolve(host: str, hostvars: Mapping[str, Any], profile: Profile | None,
 
     # Kernel module flavour.
     flavor = _module_flavor(host, hostvars, overrides, stack, branch, matrix, arch)
-    source = _module_source(host, hostvars, flavor)
+    source = _module_source(host, hostvars, flavor, profile)
 
     # CUDA toolkit.
     cuda_raw = _override(hostvars, "cuda_version", host)
@@ -275,11 +275,16 @@ def _module_flavor(host: str, hostvars: Mapping[str, Any], overrides: list[str],
 MODULE_SOURCES = ("dkms", "precompiled")
 
 
-def _module_source(host: str, hostvars: Mapping[str, Any], flavor: str) -> str:
+def _module_source(host: str, hostvars: Mapping[str, Any], flavor: str,
+                   profile: Profile | None) -> str:
     """Return where the host's kernel modules come from (nvidia_driver_module_source, default
     dkms). NVIDIA's precompiled RHEL 8/9 streams carry the proprietary modules only: their
     kmod package links nv-kernel.o_binary [PCK]; signed open modules come from the
-    distributions themselves (RHEL 10), which the matrix does not list."""
+    distributions themselves (RHEL 10), which the matrix does not list. Their package builds
+    nvidia, nvidia-uvm, nvidia-modeset and nvidia-drm, no nvidia-peermem (kmod-nvidia.spec
+    kmod_modules [PCK]), and the proprietary modules export no dma_buf (GPU Operator "GPUDirect
+    RDMA and GPUDirect Storage": the open kernel module is required): on an RDMA fabric
+    such a node has no GPUDirect RDMA path, which validate fails, so the plan refuses it."""
     source = _override(hostvars, "nvidia_driver_module_source", host) or "dkms"
     if source not in MODULE_SOURCES:
         raise InputError(f"host {host}: nvidia_driver_module_source {source!r} is not a module "
@@ -289,6 +294,13 @@ def _module_source(host: str, hostvars: Mapping[str, Any], flavor: str) -> str:
                          f"proprietary kernel modules (NVIDIA's precompiled streams carry no "
                          f"{flavor} ones); set nvidia_driver_module_flavor: proprietary where "
                          "the GPUs support it, or nvidia_driver_module_source: dkms")
+    if source == "precompiled" and profile is not None and profile.fabric in ("infiniband",
+                                                                               "roce"):
+        raise InputError(f"host {host}: nvidia_driver_module_source precompiled on profile "
+                         f"{profile.name}'s {profile.fabric} fabric leaves no GPUDirect RDMA "
+                         "path (NVIDIA's precompiled packages carry no nvidia-peermem and the "
+                         "proprietary modules export no dma_buf); use "
+                         "nvidia_driver_module_source: dkms on RDMA nodes")
     return source
 
 

@@ -1,5 +1,5 @@
-"""Precompiled kernel modules on an imitated Rocky 9 GPU node (a cluster of its own: one GPU
-node and one login node): `nvidia_driver_module_source: precompiled` installs the driver from
+"""Precompiled kernel modules on an imitated Rocky 9 GPU node (a cluster of its own: one H100
+NVL GPU node on Ethernet and one login node): `nvidia_driver_module_source: precompiled` installs the driver from
 the branch's precompiled stream `nvidia-driver:<B>` with NVIDIA's per-kernel signed package
 `kmod-nvidia-<driver>-<kernel>` (the simulated mirror builds them as NVIDIA's
 yum-packaging-precompiled-kmod does: modules in /lib/modules/<kernel>/extra/drivers/video/nvidia,
@@ -32,6 +32,9 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = [pytest.mark.e2e]
 
 NODE = "sim-gpu-1"
+# An Ethernet node: on an RDMA fabric the plan refuses precompiled modules (no nvidia-peermem
+# in NVIDIA's package, no dma_buf in the proprietary modules: no GPUDirect RDMA path).
+PROFILE = "pcie-h100nvl-1gpu"
 CERT_ON_NODE = "/etc/pki/nvidia/NVIDIA2019-public_key.der"
 # `openssl passwd -6 -salt gpuce2e mok-console-1`: the one-time password's SHA-512 crypt hash.
 CONSOLE_HASH = ("$6$gpuce2e$ks7xefwUOZz3eckmPoG5WgVAcsZgrt4g/orTCW4"
@@ -40,7 +43,8 @@ NEWER_KERNEL = "9.9.0-1.el9_9.x86_64"
 
 
 def sim_up(cli: Cli, inv: Path, *faults: str, fresh: bool = False) -> None:
-    out = cli("sim", "up", "--os", "rocky9", "--nodes", "2", "--inventory-dir", str(inv),
+    out = cli("sim", "up", "--os", "rocky9", "--nodes", "2", "--profile", PROFILE,
+              "--inventory-dir", str(inv),
               *[arg for name in faults for arg in ("--fault", f"{NODE}:{name}")],
               *(["--recreate"] if fresh else []))
     assert out.returncode == 0, out.stderr + out.stdout

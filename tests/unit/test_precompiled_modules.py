@@ -106,3 +106,15 @@ def test_the_judge_says_installed_package_for_a_precompiled_node() -> None:
     assert passed is not None and passed.status == "pass"
     assert passed.detail == ("the driver's precompiled package is installed for all 1 kernel(s) "
                              "a reboot may bring up")
+
+
+def test_precompiled_on_an_rdma_fabric_is_refused_it_would_have_no_gpudirect_path() -> None:
+    from provisioner.profiles import load_profiles
+    profiles = load_profiles()
+    hostvars = {"gpu_stack": MATRIX.default_stack, "nvidia_driver_module_flavor": "proprietary",
+                "nvidia_driver_module_source": "precompiled"}
+    with pytest.raises(InputError, match=r"profile sim-h100-8gpu's infiniband fabric leaves no "
+                                         r"GPUDirect RDMA path"):
+        resolve_stack("gpu-01", hostvars, profiles["sim-h100-8gpu"], MATRIX)
+    ethernet = resolve_stack("gpu-01", hostvars, profiles["pcie-h100nvl-1gpu"], MATRIX)
+    assert ethernet.module_source == "precompiled"
