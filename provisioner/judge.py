@@ -150,7 +150,7 @@ def _driver_kernels(host: str, drv: Section | None, planned: str,
     measured ``dkms status``), or its precompiled package (module source precompiled: the role
     measured ``rpm -q``): a kernel a reboot may bring up without it is a node that comes back
     without a driver. An older kernel without it (a manual fallback) is a warning."""
-    precompiled = bool(drv) and str(drv.get("module_source")) == "precompiled"
+    precompiled = drv is not None and str(drv.get("module_source")) == "precompiled"
     made, tool = ("installed", "rpm -q") if precompiled else ("built", "dkms status")
     want = f"{planned} {made} for the running kernel and every newer one"
     if not drv:

@@ -52,7 +52,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C({kernel release: package name}).
+  description: "C({kernel release: package name})."
   type: dict
 """
 
