@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
+
+from provisioner.paths import collections_path
+
+# The roles' variables call the collection's filters (gpucluster.provisioner.*), as a run finds
+# them on its collections path.
+init_plugin_loader([str(collections_path())])
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "roles" / "monitoring"

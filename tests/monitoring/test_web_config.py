@@ -114,3 +114,37 @@ def test_node_exporter_gets_the_same_settings() -> None:
                   ["ansible.builtin.lineinfile"]["line"])
     assert line.endswith(' --web.config.file=/etc/gpucluster-web/node_exporter/web-config.yml"')
     assert render(v, "{{ __node_health_scheme }}") == "https"
+
+
+def test_one_rule_writes_both_roles_web_files_byte_for_byte_as_the_roles_templates_did() -> None:
+    """The exporter_web_files filter against the Jinja both roles carried before (to_nice_json
+    with sorted keys): the same bytes, so no converged node rewrites a file or restarts."""
+    old = ("{{ ({'tls_server_config': {'cert_file': d ~ '/tls.crt', 'key_file': d ~ '/tls.key'}}"
+           " if cert | length > 0 else {}) | combine({'basic_auth_users': users}"
+           " if users | length > 0 else {}) | to_nice_json(sort_keys=true) }}")
+    for cert, users in ((CERT, {"scraper": HASH}), (CERT, {}), ("", {"scraper": HASH})):
+        given = {"d": "/etc/gpucluster-web/monitoring", "cert": cert, "users": users}
+        v = monitoring(monitoring_web_tls_cert=cert, monitoring_web_tls_key=KEY if cert else "",
+                       monitoring_web_users=users, **given)
+        files = render(v, "{{ __monitoring_web_files }}")
+        assert files["web-config.yml"] == {"content": render(v, old), "mode": "0640"}
+        assert files["tls.key"] == ({"content": KEY, "mode": "0640"} if cert
+                                    else {"state": "absent"})
+    off = render(monitoring(), "{{ __monitoring_web_files }}")
+    assert off == {name: {"state": "absent"} for name in
+                   ("web-config.yml", "tls.crt", "tls.key", "ca.crt", "client-password")}
+    # node_exporter has no client of the role's own: no client-password file at all.
+    assert set(render(role_vars(NODE_HEALTH), "{{ __node_health_web_files }}")) == {
+        "web-config.yml", "tls.crt", "tls.key", "ca.crt"}
+    on = render(monitoring(monitoring_web_client_user="scraper",
+                           monitoring_web_client_password="s3cret"),
+                "{{ __monitoring_web_files }}")
+    assert on["client-password"] == {"content": "s3cret", "mode": "0640"}
+
+
+def test_release_tarballs_are_named_by_go_architecture() -> None:
+    for arch, go in (("x86_64", "amd64"), ("aarch64", "arm64"), ("ppc64le", "ppc64le")):
+        for role, name in ((MONITORING, "__monitoring_release_arch"),
+                           (NODE_HEALTH, "__node_health_release_arch")):
+            v = role_vars(role, ansible_facts={"architecture": arch})
+            assert render(v, "{{ " + name + " }}") == go
