@@ -27,6 +27,7 @@ import yaml
 
 from provisioner.sim.rpmrepo import precompiled_certificate
 from tests.e2e.conftest import eventually, newest_report, node_diagnostics, podman_exec
+from tests.e2e.test_secure_boot_e2e import CONSOLE_HASH  # the one-time console password's hash
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = [pytest.mark.e2e]
@@ -36,9 +37,6 @@ NODE = "sim-gpu-1"
 # in NVIDIA's package, no dma_buf in the proprietary modules: no GPUDirect RDMA path).
 PROFILE = "pcie-h100nvl-1gpu"
 CERT_ON_NODE = "/etc/pki/nvidia/NVIDIA2019-public_key.der"
-# `openssl passwd -6 -salt gpuce2e mok-console-1`: the one-time password's SHA-512 crypt hash.
-CONSOLE_HASH = ("$6$gpuce2e$ks7xefwUOZz3eckmPoG5WgVAcsZgrt4g/orTCW4"
-                "g6LaDoxGfZzCdfJ796QARznuzhmvRf8N7MQp6UrZ6L5ohk.")
 NEWER_KERNEL = "9.9.0-1.el9_9.x86_64"
 
 
