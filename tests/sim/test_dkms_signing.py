@@ -16,6 +16,7 @@ import pytest
 from provisioner.sim.faults import HEADERS_CONFIG
 from provisioner.sim.tools import kmodule
 from tests.sim.conftest import Bundled, run_tool
+from tests.sim.module_signature import verify_appended_signature
 
 V = "580.95.05"
 KERNEL = "6.1.0-18-amd64"
@@ -105,19 +106,7 @@ def test_a_signed_module_names_its_signer_and_the_signature_verifies(tmp_path: P
     assert "sig_hashalgo:   sha256\n" in text
     assert modinfo(ko, "signer") == "Site module signing key\n"
     # The CMS message covers the module as built: openssl verifies it against the certificate.
-    sig_len = int.from_bytes(signed[-len(kmodule.MODULE_SIG_MAGIC) - 4:
-                                    -len(kmodule.MODULE_SIG_MAGIC)], "big")
-    cms = signed[len(module):len(module) + sig_len]
-    (tmp_path / "sig.der").write_bytes(cms)
-    (tmp_path / "module.bin").write_bytes(module)
-    pem = subprocess.run([str(OPENSSL), "x509", "-inform", "DER", "-in", str(cert)],
-                         capture_output=True, check=True).stdout
-    (tmp_path / "cert.pem").write_bytes(pem)
-    verify = subprocess.run(
-        [str(OPENSSL), "cms", "-verify", "-binary", "-inform", "DER", "-in",
-         str(tmp_path / "sig.der"), "-content", str(tmp_path / "module.bin"), "-certfile",
-         str(tmp_path / "cert.pem"), "-noverify", "-out", os.devnull],
-        capture_output=True, text=True, check=False)
+    verify = verify_appended_signature(signed, module, cert, tmp_path)
     assert verify.returncode == 0, verify.stderr
 
 

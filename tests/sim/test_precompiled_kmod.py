@@ -38,6 +38,7 @@ from provisioner.sim.stand_in_packages import all_packages
 from provisioner.sim.tools import kmodule
 from provisioner.sim.tools.node import NVIDIA_KO_PATHS, PROC_VERSION_FILE
 from tests.sim.conftest import Bundled
+from tests.sim.module_signature import verify_appended_signature
 from tests.sim.test_mokutil import boot, efi_node, hash_file, load_module, mokutil
 
 MODINFO = shutil.which("modinfo") or next(
@@ -212,21 +213,7 @@ def test_post_links_signed_modules_into_extra_and_changes_nothing_again(
     # certificate the mirror publishes.
     ko = (modules / "nvidia.ko").read_bytes()
     unsigned = (root / object_dir(DRIVER, KERNEL).lstrip("/") / "nvidia.o").read_bytes()
-    trailer = ko[len(unsigned):]
-    magic = len(kmodule.MODULE_SIG_MAGIC)
-    assert trailer.endswith(kmodule.MODULE_SIG_MAGIC)
-    sig_len = int.from_bytes(trailer[-magic - 4:-magic], "big")
-    (tmp_path / "sig.der").write_bytes(trailer[:sig_len])
-    (tmp_path / "module.bin").write_bytes(unsigned)
-    pem = subprocess.run([str(OPENSSL), "x509", "-inform", "DER", "-in",
-                          str(precompiled_certificate(state))],
-                         capture_output=True, check=True).stdout
-    (tmp_path / "cert.pem").write_bytes(pem)
-    verify = subprocess.run(
-        [str(OPENSSL), "cms", "-verify", "-binary", "-inform", "DER", "-in",
-         str(tmp_path / "sig.der"), "-content", str(tmp_path / "module.bin"), "-certfile",
-         str(tmp_path / "cert.pem"), "-noverify", "-out", os.devnull],
-        capture_output=True, text=True, check=False)
+    verify = verify_appended_signature(ko, unsigned, precompiled_certificate(state), tmp_path)
     assert verify.returncode == 0, verify.stderr
     # A reinstall's %post changes nothing (bytes and times), and leaves no scratch file.
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in modules.iterdir()}
