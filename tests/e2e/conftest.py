@@ -284,3 +284,19 @@ def eventually(what: str, probe: Callable[[], Any], timeout: float,
             return last
         time.sleep(interval)
     pytest.fail(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def eventually_equal(what: str, probe: Callable[[], Any], expected: Any, timeout: float,
+                     interval: float = 2) -> Any:
+    """Wait until ``probe()`` answers ``expected``; the failure shows the last answer itself
+    (a probe folded into "matches or None" would hide what the node did show)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last == expected:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"{what}: not within {timeout:.0f} s (expected {expected!r}, last: {last!r})")

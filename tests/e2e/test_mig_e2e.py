@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import FirstUp, eventually, heal, newest_report
+from tests.e2e.conftest import FirstUp, eventually, eventually_equal, heal, newest_report
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 pytestmark = [pytest.mark.e2e]
@@ -50,11 +50,16 @@ def instances(node: str) -> dict[int, list[str]]:
     return {gpu: sorted(names) for gpu, names in found.items()}
 
 
-def gres_of(node: str) -> str | None:
-    """The node's GRES while it is idle (sinfo -N prints it once per partition)."""
-    rows = {tuple(line.split()) for line in on(CONTROLLER, "sinfo", "-N", "-h", "-n", node, "-o",
-                                               "%N %T %G").stdout.splitlines() if line.strip()}
-    return next(iter(rows))[2] if len(rows) == 1 and next(iter(rows))[1] == "idle" else None
+def slurm_view(node: str) -> tuple[str, ...]:
+    """(state, GRES) as slurmctld shows the node (sinfo -N prints it once per partition), and
+    the reason where it has one; more than one distinct row is returned as they are."""
+    rows = {tuple(line.split(None, 3)[1:]) for line in on(
+        CONTROLLER, "sinfo", "-N", "-h", "-n", node, "-o", "%N %T %G %E").stdout.splitlines()
+        if line.strip()}
+    if len(rows) != 1:
+        return tuple(sorted(" ".join(row) for row in rows))
+    state, gres, *reason = next(iter(rows))
+    return (state, gres) if reason in ([], ["none"]) else (state, gres, *reason)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +81,12 @@ def mig_cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp,
                              "rm -f /etc/systemd/system/gpuc-mig.service "
                              "/etc/gpucluster/mig-layout.json; systemctl daemon-reload; "
                              "nvidia-smi mig -dci; nvidia-smi mig -dgi; nvidia-smi -mig 0")
-        cli("up", "--inventory", str(inv), "--yes", "--skip-smoke", "--limit",
-            f"{NODE},{CONTROLLER}")
+        out = cli("up", "--inventory", str(inv), "--yes", "--skip-smoke", "--limit",
+                  f"{NODE},{CONTROLLER}")
+        # The tests after this module share the node: an error here, not a cascade there.
+        assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+        eventually_equal(f"{NODE} idle with its whole GPUs again", lambda: slurm_view(NODE),
+                         ("idle", "gpu:h100:8"), timeout=60)
 
 
 def test_up_applies_the_layout_and_validate_judges_it(mig_cluster: tuple[Path, dict]) -> None:
@@ -99,8 +108,8 @@ def test_up_applies_the_layout_and_validate_judges_it(mig_cluster: tuple[Path, d
 
 
 def test_slurm_hands_out_mig_devices_as_typed_gpus(mig_cluster: tuple[Path, dict]) -> None:
-    assert eventually(f"{NODE} idle with its MIG devices",
-                      lambda: gres_of(NODE) if gres_of(NODE) == GRES else None, timeout=60)
+    eventually_equal(f"{NODE} idle with its MIG devices", lambda: slurm_view(NODE),
+                     ("idle", GRES), timeout=60)
     conf = on(NODE, "cat", "/etc/slurm/gres.conf").stdout
     mig_lines = [line for line in conf.splitlines() if "MultipleFiles=" in line]
     assert len(mig_lines) == 5, conf
@@ -138,5 +147,5 @@ def test_the_layout_comes_back_after_a_reboot(mig_cluster: tuple[Path, dict]) ->
     assert instances(NODE) == {0: sorted(GPU0), 1: ["7g.80gb"]}
     order = on(NODE, "systemctl", "show", "-p", "Before", "--value", "gpuc-mig.service").stdout
     assert "slurmd.service" in order.split(), order
-    assert eventually(f"{NODE} back in Slurm with its MIG devices",
-                      lambda: gres_of(NODE) if gres_of(NODE) == GRES else None, timeout=120)
+    eventually_equal(f"{NODE} back in Slurm with its MIG devices", lambda: slurm_view(NODE),
+                     ("idle", GRES), timeout=120)

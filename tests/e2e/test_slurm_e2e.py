@@ -247,3 +247,39 @@ def test_accounting_records_every_job_with_its_gpus_and_keeps_them_over_a_restar
             probe.stdout.split() else None
 
     eventually("sacct answering after the controller's restart", recorded, timeout=120)
+
+
+def test_up_lifts_the_drain_of_a_stale_registration_and_keeps_a_persons(
+        cli: Cli, cluster: Path, runs_dir: Path) -> None:
+    """A run that changes a node's GRES restarts slurmctld before that node's slurmd; the old
+    slurmd registers in between with the old GRES, and slurmctld drains the node for it. Made
+    here with real Slurm: the controller's slurm.conf claims a ninth GPU on one node and
+    slurmctld restarts, so the node's registration is short of it (DRAIN+INVALID_REG). `up`
+    puts the planned slurm.conf back, the node registers validly, and its verify lifts that
+    drain; another node drained by a person stays drained."""
+    g = groups(cluster)
+    controller, (stale, kept) = g["slurm_controller"][0], g["gpu_nodes"][:2]
+    conf = "/etc/slurm/slurm.conf"
+    assert on(controller, "sed", "-i", f"s/^\\(NodeName={stale} .*Gres=gpu:h100:\\)8/\\19/",
+              conf).returncode == 0
+    assert f"NodeName={stale} " in on(controller, "grep", "Gres=gpu:h100:9", conf).stdout
+    assert on(controller, "systemctl", "restart", "slurmctld").returncode == 0
+    assert on(controller, "scontrol", "update", f"NodeName={kept}", "State=DRAIN",
+              "Reason=maintenance window").returncode == 0
+    try:
+        fields = eventually(f"{stale} drained at its registration", lambda: (
+            f if "INVALID_REG" in (f := node_fields(controller, stale)).get("State", "")
+            else None), timeout=60)
+        assert fields["Reason"] == "gres/gpu count reported lower than configured (8 < 9)", fields
+
+        out = cli("up", "--inventory", str(cluster), "--yes", "--skip-smoke")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+        report = newest_report(runs_dir)
+        seen = report["hosts"][stale]["facts"]["slurm_node"]
+        assert (seen["state"], seen["gres"], seen["undrained"]) == ("IDLE", "gpu:h100:8", True), seen
+        assert node_fields(controller, stale).get("State") == "IDLE"
+        held = node_fields(controller, kept)
+        assert (held.get("State"), held.get("Reason")) == ("IDLE+DRAIN", "maintenance window"), held
+        assert report["hosts"][kept]["facts"]["slurm_node"]["undrained"] is False
+    finally:
+        on(controller, "scontrol", "update", f"NodeName={kept}", "State=RESUME")
