@@ -93,3 +93,30 @@ def test_a_tarball_swapped_with_its_sums_file_is_refused(tmp_path: Path, server:
     assert out.get("failed"), out
     assert f"checksum mismatch for {NAME}" in out["msg"] or "checksum mismatch" in out["msg"], out
     assert not list(dest.iterdir())
+
+
+@pytest.mark.parametrize(("version", "sha256", "says"), [
+    ("2.53.4", "", "no SHA-256 is pinned for this release (the role pins 2.53.4); set "
+                   "monitoring_prometheus_sha256 to the sum you checked"),
+    ("2.53", "0" * 63, "monitoring_prometheus_sha256 is not 64 lowercase hex digits"),
+    ("v2.53.4", "0" * 64, "the version is not a release number such as 2.53.4"),
+])
+def test_the_preflight_names_what_is_wrong_with_a_release(tmp_path: Path, version: str,
+                                                          sha256: str, says: str) -> None:
+    """monitoring's own preflight task, with one release: the message names the fault it has
+    (the version's test in the assert and in its message must read the version alike)."""
+    tasks = yaml.safe_load((ROLES / "monitoring/tasks/preflight.yml").read_text())
+    task = next(t for t in tasks if t["name"].endswith("Check the release versions and pinned sums"))
+    task["ignore_errors"] = True
+    task["register"] = "checked"
+    out = tmp_path / "checked.json"
+    run_play(tmp_path, [{"hosts": "localhost", "gather_facts": False, "vars": {
+        "monitoring_server": True, "__monitoring_release_install": True,
+        "__monitoring_release_arch": "amd64",
+        "__monitoring_releases": {"prometheus": {"version": version, "sha256": sha256}},
+        "__monitoring_release_sha256": {"prometheus": {"2.53.4": "0" * 64}}},
+        "tasks": [task, {"name": "show", "ansible.builtin.copy": {
+            "content": "{{ checked.results | map(attribute='msg', default='') | list | to_json }}",
+            "dest": str(out)}}]}])
+    messages = json.loads(out.read_text())
+    assert len(messages) == 1 and says in messages[0], messages
