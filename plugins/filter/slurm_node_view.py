@@ -19,7 +19,7 @@ description:
     NOT_RESPONDING flag.
   - A slurmd that registers with less than slurm.conf describes (fewer GPUs, less memory or
     fewer CPUs) is drained by slurmctld, and the drain stays after a later valid registration
-    (Slurm 22.05.8, measured on the simulated cluster; an administrator resumes it).
+    (measured with Slurm 22.05.8; an administrator resumes it).
   - Between the restart of slurmctld with a node's new Gres= and the restart of the node's
     slurmd with its new gres.conf, the old slurmd registers with the old GRES, so a run that
     changes a node's GRES leaves that drain behind. C(stale_registration_drain) says that the
