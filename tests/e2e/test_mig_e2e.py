@@ -85,8 +85,22 @@ def mig_cluster(cli: Cli, sim_inventory: Path, first_up: FirstUp,
                   f"{NODE},{CONTROLLER}")
         # The tests after this module share the node: an error here, not a cascade there.
         assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+        # slurmd was stopped before slurmctld restarted: no registration of the old GRES, so no
+        # drain to lift, and slurmctld holds slurm.conf's GRES.
+        seen = newest_report(runs_dir)["hosts"][NODE]["facts"]["slurm_node"]
+        assert (seen["gres"], seen["gres_as_planned"], seen["undrained"]) == (
+            "gpu:h100:8", True, False), seen
         eventually_equal(f"{NODE} idle with its whole GPUs again", lambda: slurm_view(NODE),
                          ("idle", "gpu:h100:8"), timeout=60)
+
+
+def test_slurmctld_took_the_layout_from_the_new_files_only(mig_cluster: tuple[Path, dict]) -> None:
+    """The run stopped the node's slurmd before slurmctld restarted with its MIG line, so no
+    registration of the whole GPUs came in between: nothing drained, slurm.conf's GRES held."""
+    _inv, report = mig_cluster
+    seen = report["hosts"][NODE]["facts"]["slurm_node"]
+    assert (seen["gres"], seen["planned_gres"], seen["gres_as_planned"], seen["undrained"]) == (
+        GRES, GRES, True, False), seen
 
 
 def test_up_applies_the_layout_and_validate_judges_it(mig_cluster: tuple[Path, dict]) -> None:

@@ -33,7 +33,8 @@ def test_the_drain_at_an_old_registration_is_stale_once_the_node_registers_valid
     view = mod.slurm_node_view(show("IDLE+DRAIN", f"{LOW_GRES} [slurm@2026-12-02T06:52:09]"))
     assert view == {"state": "IDLE+DRAIN", "base": "IDLE", "flags": ["DRAIN"], "gres": MIG_GRES,
                     "reason": LOW_GRES, "reason_by": "slurm", "registered": True,
-                    "stale_registration_drain": True}
+                    "stale_registration_drain": True, "planned_gres": "",
+                    "gres_as_planned": None}
 
 
 def test_a_registration_that_is_still_invalid_is_neither_registered_nor_lifted() -> None:
@@ -48,6 +49,7 @@ def test_a_registration_that_is_still_invalid_is_neither_registered_nor_lifted()
     "gpuc-health: gpu3 ECC [root@2026-12-02T06:52:09]",  # the health check's drain
     "gpuc-health: Low RealMemory [slurm@2026-12-02T06:52:09]",  # slurm's user, not its words
     "maintenance",                                       # no [user@time] at all
+    "gres/gpu count too low, see ticket [slurm@2026-12-02T06:52:09]",  # not slurmctld's form
 ])
 def test_other_drains_stay(reason: str) -> None:
     view = mod.slurm_node_view(show("IDLE+DRAIN", reason))
@@ -55,7 +57,9 @@ def test_other_drains_stay(reason: str) -> None:
 
 
 @pytest.mark.parametrize("reason", ["Low RealMemory", "Low CPUs", "Low TmpDisk",
-                                    "Low socket*core*thread count, Low CPUs"])
+                                    "Low socket*core*thread count, Low CPUs",
+                                    # one type short while the total is not (22.05.8's words)
+                                    "gres/gpu:h100 count too low (6 < 8)"])
 def test_slurmctlds_other_registration_reasons_are_stale_too(reason: str) -> None:
     view = mod.slurm_node_view(show("IDLE+DRAIN", f"{reason} [slurm@2026-12-02T06:52:09]"))
     assert view["stale_registration_drain"], view
@@ -90,3 +94,31 @@ def test_no_node_in_the_output_is_not_registered() -> None:
     assert not view["registered"] and view["state"] == ""
     with pytest.raises(AnsibleFilterError, match="expects the text"):
         mod.slurm_node_view(None)
+
+
+CONF = ("ClusterName=gpucluster\n"
+        "NodeName=sim-gpu-1 NodeAddr=10.89.0.12 CPUs=2 RealMemory=24105 Gres=gpu:h100:8\n"
+        "NodeName=sim-gpu-2 NodeAddr=10.89.0.13 CPUs=2 RealMemory=24105 Gres={gres} "
+        "State=UNKNOWN\n")
+
+
+def test_the_gres_of_an_old_registration_is_not_as_planned() -> None:
+    """What 22.05.8 showed after a MIG layout was taken off: slurm.conf says 8 whole GPUs,
+    slurmctld still holds the MIG devices the old slurmd registered."""
+    view = mod.slurm_node_view(show("IDLE"), "slurm", CONF.format(gres="gpu:h100:8"))
+    assert (view["planned_gres"], view["gres_as_planned"]) == ("gpu:h100:8", False)
+
+
+@pytest.mark.parametrize(("shown", "planned"), [
+    (MIG_GRES, MIG_GRES),
+    ("gpu:h100:8(S:0-1)", "gpu:h100:8"),  # sockets, as AutoDetect=nvml nodes show them
+    ("gpu:1g.10gb:2,gpu:h100:6", "gpu:h100:6,gpu:1g.10gb:2"),
+])
+def test_the_planned_gres_in_any_order_and_with_sockets(shown: str, planned: str) -> None:
+    view = mod.slurm_node_view(show("IDLE", gres=shown), "slurm", CONF.format(gres=planned))
+    assert view["gres_as_planned"] is True
+
+
+def test_a_node_slurm_conf_does_not_describe_is_not_as_planned() -> None:
+    view = mod.slurm_node_view(show("IDLE"), "slurm", "ClusterName=gpucluster\n")
+    assert (view["planned_gres"], view["gres_as_planned"]) == ("", False)
