@@ -100,226 +100,14 @@ probe:
   type: dict
 """
 
-import contextlib
-import grp
-import os
-import pwd
-import stat
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.fileset import (
+    FileSet,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
     check_probe_option,
     read_node,
 )
-
-_ENTRY_KEYS = frozenset(("content", "mode", "state", "validate"))
-
-
-def _current(path):
-    """The file's text, or None when it does not exist (or is not a readable UTF-8 file)."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _temp_file(module, directory, name, content, path):
-    """A new temporary file in directory holding content; its path."""
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % name, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content.encode("utf-8"))
-    except OSError as exc:
-        os.unlink(tmp)
-        module.fail_json(msg="cannot write %s: %s" % (path, exc))
-    return tmp
-
-
-def _final_mode(module, path, mode):
-    """The mode set_mode_if_different gives path: an octal string as it is, a symbolic one
-    applied to the file's mode now (a new file's: 0666 less the umask)."""
-    try:
-        return int(mode, 8)
-    except ValueError:
-        pass
-    try:
-        now = os.stat(path)
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        now = os.stat_result((stat.S_IFREG | (0o666 & ~umask),) + (0,) * 9)
-    try:
-        return module._symbolic_mode_to_octal(now, mode)
-    except ValueError as exc:
-        module.fail_json(msg="file_set: %s: mode %r: %s" % (path, mode, exc))
-
-
-def _id(module, name, lookup, what):
-    """A user or group name (or number) as its id, or a one-line failure."""
-    try:
-        return int(name)
-    except ValueError:
-        pass
-    try:
-        return lookup(name)
-    except KeyError:
-        module.fail_json(msg="file_set: no %s %s on this host" % (what, name))
-
-
-def _owner_ids(module, path):
-    """(uid, gid, required) the new file gets: the given owner and group, else those of the
-    file it replaces (as atomic_move kept them), else -1 (the creator's, or a setgid
-    directory's group). required: whether a failed chown must fail the task."""
-    owner, group = module.params["owner"], module.params["group"]
-    try:
-        now = os.stat(path)
-    except OSError:
-        now = None
-    uid = (_id(module, owner, lambda n: pwd.getpwnam(n).pw_uid, "user") if owner is not None
-           else now.st_uid if now is not None else -1)
-    gid = (_id(module, group, lambda n: grp.getgrnam(n).gr_gid, "group") if group is not None
-           else now.st_gid if now is not None else -1)
-    return uid, gid, owner is not None or group is not None
-
-
-def _create_beside(directory, name, mode):
-    """A new, empty file in directory (O_EXCL: never an existing file or a link an attacker
-    placed) created with mode; (fd, path)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        tmp = os.path.join(directory, ".%s.%s" % (name, os.urandom(6).hex()))
-        try:
-            return os.open(tmp, flags, mode & 0o777), tmp
-        except FileExistsError:
-            continue
-
-
-def _write(module, path, content, mode):
-    """Replace path by a file holding content with the final owner, group and mode from
-    before its first byte: a secret written 0600 is readable by nobody else at any moment
-    (atomic_move would leave a new file 0644 until the chmod that follows it)."""
-    directory, name = os.path.split(path)
-    final_mode = _final_mode(module, path, mode)
-    uid, gid, required = _owner_ids(module, path)
-    context = None
-    if module.selinux_enabled():
-        context = (module.selinux_context(path) if os.path.exists(path)
-                   else module.selinux_default_context(path))
-    try:
-        fd, tmp = _create_beside(directory, name, final_mode)
-    except OSError as exc:
-        module.fail_json(msg="cannot write %s: %s" % (path, exc))
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            if uid != -1 or gid != -1:
-                try:
-                    # Before the chmod: a chown clears the setuid and setgid bits.
-                    os.fchown(handle.fileno(), uid, gid)
-                except PermissionError:
-                    if required:
-                        raise
-            # The umask may have narrowed the mode open() gave; never widened it.
-            os.fchmod(handle.fileno(), final_mode)
-            handle.write(content.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        if context is not None:
-            module.set_context_if_different(tmp, context, False)
-        os.rename(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        module.fail_json(msg="cannot write %s: %s" % (path, exc))
-
-
-def _validate(module, path, content, validate):
-    """Run validate on content (in the module's private temporary directory); a one-line
-    failure when it exits non-zero."""
-    tmp = _temp_file(module, module.tmpdir, os.path.basename(path), content, path)
-    try:
-        rc, out, err = module.run_command(validate % tmp)
-    finally:
-        os.unlink(tmp)
-    if rc != 0:
-        lines = (err or out).strip().splitlines()
-        module.fail_json(msg="file_set: %s failed validation (%s, exit %d): %s"
-                         % (path, validate.split()[0], rc, lines[-1] if lines else "no output"),
-                         stdout=out, stderr=err)
-
-
-def _attributes(module, path, mode):
-    """What set_fs_attributes_if_different takes (its SELinux and attribute keys unset)."""
-    return module.load_file_common_arguments(
-        {"mode": mode, "owner": module.params["owner"], "group": module.params["group"]},
-        path=path)
-
-
-def _entry(module, key, value):
-    """(content or None for absent, mode, validate) of one entry of files, or a one-line
-    failure."""
-    default_mode = module.params["mode"]
-    if isinstance(value, str):
-        return value, default_mode, None
-    if not isinstance(value, dict) or not value or set(value) - _ENTRY_KEYS:
-        module.fail_json(msg="file_set: %s must be text or a dict of %s"
-                         % (key, ", ".join(sorted(_ENTRY_KEYS))))
-    state = value.get("state", "present")
-    if state == "absent":
-        if set(value) != {"state"}:
-            module.fail_json(msg="file_set: %s: state=absent takes no content, mode or validate"
-                             % key)
-        return None, None, None
-    if state != "present" or not isinstance(value.get("content"), str):
-        module.fail_json(msg="file_set: %s needs text content (or state=absent)" % key)
-    mode = value.get("mode", default_mode)
-    if not isinstance(mode, str):
-        module.fail_json(msg="file_set: the mode of %s must be an octal string" % key)
-    validate = value.get("validate")
-    if validate is not None and (not isinstance(validate, str) or "%s" not in validate):
-        module.fail_json(msg="file_set: the validate command of %s must contain %%s" % key)
-    return value["content"], mode, validate
-
-
-def _path(module, directory, key):
-    """The absolute path of one key of files, or a one-line failure."""
-    if directory is not None:
-        if not key or "/" in key or key in (".", ".."):
-            module.fail_json(msg="file_set: %r is not a plain file name" % (key,))
-        return os.path.join(directory, key)
-    if not os.path.isabs(key) or os.path.normpath(key) != key or key == "/":
-        module.fail_json(msg="file_set: %r is not a normalised absolute file path (no dir given)"
-                         % (key,))
-    return key
-
-
-def _make_dir(module, path, owned):
-    """Create a missing directory (0755); with owned, also set its owner and group. Whether
-    anything changed."""
-    made = False
-    if not os.path.isdir(path):
-        made = True
-        if not module.check_mode:
-            try:
-                os.makedirs(path, 0o755)
-            except OSError as exc:
-                module.fail_json(msg="cannot create %s: %s" % (path, exc))
-    if owned and os.path.isdir(path):
-        made = module.set_fs_attributes_if_different(_attributes(module, path, "0755"), made) or made
-    return made
-
-
-def _remove(module, path):
-    """Remove one file (main() refused a directory there); whether it was there."""
-    if not os.path.lexists(path):
-        return False
-    if not module.check_mode:
-        try:
-            os.unlink(path)
-        except OSError as exc:
-            module.fail_json(msg="cannot remove %s: %s" % (path, exc))
-    return True
 
 
 def main():
@@ -334,46 +122,14 @@ def main():
         ),
         supports_check_mode=True,
     )
-    directory = module.params["dir"]
     probe = module.params.get("probe") or {}
     check_probe_option(module, probe)
-    # Every entry is checked, and each file read once, before anything on the node changes.
-    plan = []
-    for key, value in sorted(module.params["files"].items()):
-        path = _path(module, directory, key)
-        content, mode, validate = _entry(module, key, value)
-        if content is None and os.path.isdir(path) and not os.path.islink(path):
-            module.fail_json(msg="file_set: %s is a directory, not a file to remove" % path)
-        plan.append((key, path, content, mode, validate, _current(path)))
-    # New contents are validated before anything is written: an invalid one changes no file.
-    if not module.check_mode:
-        for _key, path, content, _mode, validate, before in plan:
-            if validate and content is not None and before != content:
-                _validate(module, path, content, validate)
-    changed = []
-    diffs = []
-    made_dir = _make_dir(module, directory, owned=True) if directory is not None else False
-    for key, path, content, mode, _command, before in plan:
-        if content is None:
-            if _remove(module, path):
-                changed.append(key)
-                diffs.append({"before_header": path, "after_header": path,
-                              "before": before or "", "after": ""})
-            continue
-        if directory is None:
-            made_dir = _make_dir(module, os.path.dirname(path), owned=False) or made_dir
-        differs = before != content
-        if differs:
-            diffs.append({"before_header": path, "after_header": path,
-                          "before": before or "", "after": content})
-            if not module.check_mode:
-                _write(module, path, content, mode)
-        attrs_changed = False
-        if os.path.exists(path):
-            attrs_changed = module.set_fs_attributes_if_different(
-                _attributes(module, path, mode), False)
-        if differs or attrs_changed:
-            changed.append(key)
+    # Every entry is checked, and each file read once, before anything on the node changes;
+    # new contents are validated before anything is written: an invalid one changes no file.
+    files = FileSet(module, module.params["files"], module.params["dir"], module.params["mode"],
+                    module.params["owner"], module.params["group"])
+    files.validate()
+    changed, made_dir, diffs = files.apply()
     result = {"changed": bool(changed) or made_dir, "changed_files": changed,
               "probe": read_node(module, probe) if probe else {}}
     if module._diff:

@@ -67,6 +67,26 @@ options:
         it installed without a round trip of its own. In check mode it reads the node as it is.
     type: dict
     default: {}
+  files:
+    description:
+      - Files that belong beside the packages (a profile.d or linker file, a unit's drop-in),
+        made exactly as given after the packages are in place, with the entries of
+        M(gpucluster.provisioner.file_set)'s O(files) (absolute paths; text, or a dictionary of
+        C(content), C(mode), C(validate), or C(state=absent)), so a role writes them without a
+        round trip of its own. Every entry is checked before any package changes. Their names
+        as changed are returned in RV(changed_files), and make the task changed.
+    type: dict
+    default: {}
+  files_mode:
+    description: Mode of every file of O(files) that does not give its own, octal string.
+    type: str
+    default: "0644"
+  files_owner:
+    description: Owner of the files of O(files).
+    type: str
+  files_group:
+    description: Group of the files of O(files).
+    type: str
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -100,9 +120,14 @@ services:
   returned: always
   type: dict
   sample: {nvidia-dcgm: {active: active, enabled: enabled}}
+changed_files:
+  description: The paths of O(files) written or removed (all that differed, in check mode).
+  returned: always
+  type: list
+  elements: str
 probe:
   description:
-    - What O(probe) asked for, read after the packages were put in place, as
+    - What O(probe) asked for, read after the packages and O(files) were put in place, as
       M(gpucluster.provisioner.node_probe) returns it (C(files), C(globs), C(commands),
       C(installed), C(packages)); empty when O(probe) is.
   returned: always
@@ -110,6 +135,9 @@ probe:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.fileset import (
+    FileSet,
+)
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgrun import (
     APT_ENV,
     apt_options,
@@ -210,6 +238,10 @@ def main():
             retry_delay=dict(type="float", default=5),
             services=dict(type="list", elements="str", default=[]),
             probe=dict(type="dict", default={}),
+            files=dict(type="dict", default={}),
+            files_mode=dict(type="str", default="0644"),
+            files_owner=dict(type="str"),
+            files_group=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -219,6 +251,10 @@ def main():
             module.fail_json(msg="every package needs a name and a version: %r" % (pkg,))
     probe = module.params.get("probe") or {}
     check_probe_option(module, probe)
+    # The files are checked (and read) before any package changes.
+    files = FileSet(module, module.params["files"], None, module.params["files_mode"],
+                    module.params["files_owner"], module.params["files_group"],
+                    who="pinned_packages")
     names = [p["name"] for p in wanted]
     replaced = [r["name"] if isinstance(r, dict) else str(r) for r in module.params["replaced"]]
     replaced = sorted({r for r in replaced if r and r not in names})
@@ -226,8 +262,10 @@ def main():
         module.fail_json(msg="replaced is for state=present (state=absent removes packages)")
     apt = uses_apt()
     if not names and not replaced:
-        module.exit_json(changed=False, packages=[], changed_packages=[],
-                         recovered_interrupted_dpkg=False,
+        files.validate()
+        changed_files, made_dir, _diffs = files.apply()
+        module.exit_json(changed=bool(changed_files) or made_dir, packages=[], changed_packages=[],
+                         changed_files=changed_files, recovered_interrupted_dpkg=False,
                          services=service_states(module, module.params.get("services") or []),
                          probe=read_node(module, probe) if probe else {})
     read = dpkg_state if apt else rpm_state
@@ -244,8 +282,11 @@ def main():
         changed = sorted(set(changed) | set(applied))
         # Read back after a change: what the task returns is what the node has.
         final = read(module, names) if changed and not module.check_mode else state
-    module.exit_json(changed=bool(changed) or recovered, packages=describe(names, final),
-                     changed_packages=changed, recovered_interrupted_dpkg=recovered,
+    files.validate()
+    changed_files, made_dir, _diffs = files.apply()
+    module.exit_json(changed=bool(changed) or recovered or bool(changed_files) or made_dir,
+                     packages=describe(names, final), changed_packages=changed,
+                     changed_files=changed_files, recovered_interrupted_dpkg=recovered,
                      services=service_states(module, module.params.get("services") or []),
                      probe=read_node(module, probe) if probe else {})
 

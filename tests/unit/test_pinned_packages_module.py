@@ -282,3 +282,88 @@ def test_a_failing_systemctl_show_fails_with_its_line() -> None:
     module = FakeModule(lambda cmd: (1, "", "System has not been booted with systemd\n"))
     with pytest.raises(Failed, match="systemctl show failed: System has not been booted"):
         pp.service_states(module, ["nvidia-dcgm"])
+
+
+# --- files beside the packages (main(), the package manager scripted) ----------------------
+
+def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+             args: dict[str, Any], events: list[str],
+             held: dict[str, bool] | None = None) -> dict[str, Any]:
+    """pinned_packages' main() on one package at its pin, held where `held` says (not held by
+    default): apt-mark hold is the only package change; `events` records it, and which files
+    existed then."""
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    held = {"cuda-toolkit-12-4": False} if held is None else held
+
+    def state(module: Any, names: list[str]) -> dict[str, tuple[str, bool, bool]]:
+        return {n: ("12.4.1-1", held.get(n, False), True) for n in names}
+
+    def apply(module: Any, wanted: list[dict[str, str]], now: Any) -> list[str]:
+        names = [p["name"] for p in wanted if not held[p["name"]]]
+        if not module.check_mode:
+            paths = sorted(args.get("files", {}))
+            events.append("hold, files then: " + ",".join(
+                Path(p).name for p in paths if Path(p).exists()))
+            held.update(dict.fromkeys(names, True))
+        return names
+
+    monkeypatch.setattr(pp, "uses_apt", lambda: True)
+    monkeypatch.setattr(pp, "dpkg_state", state)
+    monkeypatch.setattr(pp, "apt_recover", lambda module: False)
+    monkeypatch.setattr(pp, "apt_apply", apply)
+    with patch_module_args({"packages": WANTED, **args}), pytest.raises(SystemExit):
+        pp.main()
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_files_are_written_after_the_packages_in_the_same_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    profile, ld = tmp_path / "profile.d" / "cuda.sh", tmp_path / "ld.so.conf.d" / "cuda.conf"
+    files = {str(profile): "export PATH=/usr/local/cuda-12.4/bin:$PATH\n",
+             str(ld): {"content": "/usr/local/cuda-12.4/lib64\n", "mode": "0600"}}
+    events: list[str] = []
+    held = {"cuda-toolkit-12-4": False}
+    out = run_main(monkeypatch, capsys, {"files": files}, events, held)
+    assert events == ["hold, files then: "]  # the hold ran before any file existed
+    assert out["changed"] and out["changed_packages"] == ["cuda-toolkit-12-4"]
+    assert out["changed_files"] == sorted(files)
+    assert profile.read_text() == files[str(profile)]
+    assert oct(profile.stat().st_mode & 0o777) == "0o644"
+    assert oct(ld.stat().st_mode & 0o777) == "0o600"
+
+    # Packages held and files as given: nothing changes. One file edited: only it is written.
+    out = run_main(monkeypatch, capsys, {"files": files}, events, held)
+    assert not out["changed"] and out["changed_files"] == [], out
+    ld.write_text("tampered\n")
+    out = run_main(monkeypatch, capsys, {"files": files}, events, held)
+    assert out["changed"] and out["changed_packages"] == [] and out["changed_files"] == [str(ld)]
+    assert ld.read_text() == "/usr/local/cuda-12.4/lib64\n"
+
+
+def test_check_mode_names_the_files_it_would_write_and_writes_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "cuda.sh"
+    events: list[str] = []
+    out = run_main(monkeypatch, capsys, {"files": {str(target): "x\n"},
+                                         "_ansible_check_mode": True}, events)
+    assert out["changed"] and out["changed_files"] == [str(target)]
+    assert not target.exists() and events == []
+
+
+@pytest.mark.parametrize(("entry", "words"), [
+    ({"relative/cuda.sh": "x\n"}, "is not a normalised absolute file path"),
+    ({"/etc/profile.d/cuda.sh": {"content": 1}}, "needs text content"),
+])
+def test_a_bad_file_entry_fails_before_any_package_changes(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        entry: dict[str, Any], words: str) -> None:
+    events: list[str] = []
+    out = run_main(monkeypatch, capsys, {"files": entry}, events)
+    assert out["failed"] and words in out["msg"] and out["msg"].startswith("pinned_packages: ")
+    assert events == []  # no hold ran

@@ -195,7 +195,8 @@ class AptNode:
         self.db = dict(db)
         self.check_mode = check_mode
         self.params = {"lock_timeout": 300, "retries": 0, "retry_delay": 0.0,
-                       "state": "present", "replaced": []}
+                       "state": "present", "replaced": [], "files": {}, "files_mode": "0644",
+                       "files_owner": None, "files_group": None}
         self.commands: list[list[str]] = []
 
     def get_bin_path(self, name: str, required: bool = False) -> str:
@@ -395,6 +396,53 @@ def test_check_mode_checks_and_writes_nothing(keys: dict[str, Any], tmp_path: Pa
                                  "_ansible_check_mode": True}, capsys)
     assert (out["changed"], out["changed_keys"]) == (True, ["nvidia-cuda"])
     assert not dest.exists()
+
+
+def test_gnupg_is_installed_first_where_it_is_missing_and_not_asked_for_where_present(
+        keys: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    distro = sys.modules[signed_keys.ensure.__module__]
+    dest = tmp_path / "keyrings"
+    one, fpr1 = keys["one"]
+    events: list[str] = []
+    db = {"ca-certificates": "20230311"}
+    seen_params: list[dict[str, Any]] = []
+
+    def versions(module: Any, names: list[str], apt: bool) -> dict[str, str]:
+        events.append("query " + ",".join(names))
+        return {n: db.get(n, "") for n in names}
+
+    def install(module: Any, missing: list[str], cache_valid_time: int) -> bool:
+        events.append("install " + ",".join(missing))
+        seen_params.append(dict(module.params))
+        db.update(dict.fromkeys(missing, "2.2.40-1.1"))
+        return True
+
+    real_primary_keys = signed_keys.primary_keys
+
+    def primary_keys(module: Any, path: str) -> Any:
+        events.append("gpg")
+        return real_primary_keys(module, path)
+
+    monkeypatch.setattr(distro, "uses_apt", lambda: True)
+    monkeypatch.setattr(distro, "versions", versions)
+    monkeypatch.setattr(distro, "apt_install", install)
+    monkeypatch.setattr(signed_keys, "primary_keys", primary_keys)
+    args = {**key_args(dest, ("nvidia-cuda", one, fpr1)), "delay": 2, "retries": 4,
+            "packages": ["gnupg", "ca-certificates"]}
+    first = run_main(signed_keys, args, capsys)
+    assert first["installed"] == ["gnupg"] and first["changed"]
+    assert events == ["query gnupg,ca-certificates", "install gnupg",
+                      "query gnupg,ca-certificates", "gpg"]
+    # The package runner's retries are this module's: its retries, its delay the first wait.
+    assert {k: seen_params[0][k] for k in ("retries", "retry_delay", "lock_timeout")} == {
+        "retries": 4, "retry_delay": 2, "lock_timeout": 300}
+    events.clear()
+    again = run_main(signed_keys, args, capsys)
+    assert (again["changed"], again["installed"]) == (False, [])
+    assert events == ["query gnupg,ca-certificates", "gpg"]
+    bad = run_main(signed_keys, {**args, "packages": ["gnupg=2.2"]}, capsys)
+    assert bad["failed"] and bad["msg"].startswith("packages must be package names")
 
 
 def test_a_key_that_cannot_be_fetched_is_named_and_the_password_is_not_echoed(
