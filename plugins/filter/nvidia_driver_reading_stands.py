@@ -16,9 +16,10 @@ name: nvidia_driver_reading_stands
 short_description: Whether the driver's install call's reading of the node still stands
 description:
   - True when the install call (C(pinned_packages) with a C(probe)) read the loaded module and
-    the persistence daemon, and nothing since may have changed either (none of the role's files
-    written, the daemon's drop-in reloads systemd; no DKMS build started). The service step
-    then reads the node only when this is false.
+    the persistence daemon, and nothing may have changed either since (none of the role's files
+    written by that call, its C(changed_files) empty: the daemon's drop-in reloads systemd; no
+    DKMS build started). A package change alone is verify's to judge. The service step then
+    reads the node only when this is false.
   - "C(is changed) as ansible-core decides it (module_utils/gpucluster/registered.py)."
   - "C(nvidia_driver_verify_reading_stands) (this file) is verify's rule.
     C(install | nvidia_driver_verify_reading_stands(install_stands, reboot_required, reboot))
@@ -26,15 +27,11 @@ description:
     read the pins and nvidia-smi, no reboot is pending (I(reboot_required)) and the reboot task
     did not run (I(reboot) is skipped; pass C(| default({'skipped': true})) where it is not
     registered). nvidia-smi is not asked while a reboot is pending."
-positional: _input, files, dkms_autoinstall
+positional: _input, dkms_autoinstall
 options:
   _input:
-    description: The install call's registered result (its C(probe) holds the reading).
-    type: dict
-    required: true
-  files:
-    description: The registered result of the role's C(file_set) of its files (C({}) when it
-      has not run).
+    description: The install call's registered result (its C(probe) holds the reading, its
+      C(changed_files) the role's files it wrote).
     type: dict
     required: true
   dkms_autoinstall:
@@ -50,8 +47,7 @@ EXAMPLES = r"""
     files:
       loaded: {path: /sys/module/nvidia/version, read: true}
   when: >-
-    not (install | gpucluster.provisioner.nvidia_driver_reading_stands(files | default({}),
-                                                                     autoinstall | default({})))
+    not (install | gpucluster.provisioner.nvidia_driver_reading_stands(autoinstall | default({})))
 """
 
 RETURN = r"""
@@ -70,11 +66,11 @@ def _has(section: Any, key: str) -> bool:
     return isinstance(section, Mapping) and key in section
 
 
-def nvidia_driver_reading_stands(install: Any, files: Any, dkms_autoinstall: Any) -> bool:
+def nvidia_driver_reading_stands(install: Any, dkms_autoinstall: Any) -> bool:
     probe = _probe(install)
     if not (_has(probe.get("files"), "loaded") and _has(probe.get("commands"), "persistenced")):
         return False
-    if changed(files):
+    if install.get("changed_files"):
         return False
     builds = dkms_autoinstall.get("results") if isinstance(dkms_autoinstall, Mapping) else None
     return len(builds or []) == 0

@@ -136,29 +136,31 @@ def test_unapplied_outside_check_mode_reads_nothing() -> None:
 
 # --- nvidia_driver_reading_stands / nvidia_driver_verify_reading_stands ------------------------
 
-FILES_UNCHANGED = {"changed": False, "files": {}}
+DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/gpu-cluster-provisioner.conf"
 
-
-@pytest.mark.parametrize(("result", "files", "autoinstall", "expected"), [
-    (install(), FILES_UNCHANGED, NO_ITEMS, True),  # a converged node
-    (install(), {}, {}, True),  # configure and dkms.yml have not run
-    (install(), FILES_UNCHANGED, SKIPPED, True),  # dkms.yml skipped (no results)
-    (install(changed=True), FILES_UNCHANGED, NO_ITEMS, True),  # a package change is verify's
-    (install(files="loaded"), FILES_UNCHANGED, NO_ITEMS, False),
-    (install(commands="persistenced"), FILES_UNCHANGED, NO_ITEMS, False),
-    (install(files=""), FILES_UNCHANGED, NO_ITEMS, False),
-    (install(commands=""), FILES_UNCHANGED, NO_ITEMS, False),
-    ({"changed": True}, FILES_UNCHANGED, NO_ITEMS, False),  # check mode: no probe
-    ({}, {}, {}, False),  # no install result
-    (install(), {"changed": True}, NO_ITEMS, False),  # the drop-in or a nouveau file written
-    (install(), {"results": [{"changed": False}, {"changed": True}]}, NO_ITEMS, False),
-    (install(), FILES_UNCHANGED,
+@pytest.mark.parametrize(("result", "autoinstall", "expected"), [
+    (install(), NO_ITEMS, True),  # a converged node
+    ({**install(), "changed_files": []}, NO_ITEMS, True),  # none of the role's files written
+    (install(), {}, True),  # dkms.yml has not run
+    (install(), SKIPPED, True),  # dkms.yml skipped (no results)
+    (install(changed=True), NO_ITEMS, True),  # a package change is verify's
+    (install(files="loaded"), NO_ITEMS, False),
+    (install(commands="persistenced"), NO_ITEMS, False),
+    (install(files=""), NO_ITEMS, False),
+    (install(commands=""), NO_ITEMS, False),
+    ({"changed": True}, NO_ITEMS, False),  # check mode: no probe
+    ({}, {}, False),  # no install result
+    # the drop-in or a nouveau file written by the install call
+    ({**install(changed=True), "changed_files": [DROPIN]}, NO_ITEMS, False),
+    ({**install(changed=True), "changed_files": ["/etc/modprobe.d/blacklist-nouveau.conf"]},
+     NO_ITEMS, False),
+    (install(),
      {"changed": False, "results": [{"item": "6.1.0-21-amd64", "rc": 10, "changed": False}]},
      False),  # a DKMS build was tried, even one that failed
 ])
-def test_the_install_calls_reading_stands(result: dict[str, Any], files: dict[str, Any],
-                                          autoinstall: dict[str, Any], expected: bool) -> None:
-    assert stands.nvidia_driver_reading_stands(result, files, autoinstall) is expected
+def test_the_install_calls_reading_stands(result: dict[str, Any], autoinstall: dict[str, Any],
+                                          expected: bool) -> None:
+    assert stands.nvidia_driver_reading_stands(result, autoinstall) is expected
 
 
 @pytest.mark.parametrize(("result", "install_stands", "reboot_required", "reboot", "expected"), [
