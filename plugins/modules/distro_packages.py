@@ -83,68 +83,14 @@ services:
   type: dict
 """
 
-import contextlib
-import glob
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgrun import (
-    APT_ENV,
-    apt_options,
-    apt_recover,
-    run_retrying,
-)
-from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.pkgstate import (
-    dpkg_state,
-    rpm_state,
-    uses_apt,
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.distro import (
+    bad_names,
+    ensure,
 )
 from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.probe import (
     service_states,
 )
-
-APT_LISTS = "/var/lib/apt/lists"
-
-
-def versions(module, names, apt):
-    state = (dpkg_state if apt else rpm_state)(module, names)
-    return {name: state.get(name, ("", None, False))[0] for name in names}
-
-
-def lists_stale(max_age):
-    """Whether apt's package lists need a refresh before an install: no package index at all,
-    or the lists directory not touched (by apt-get update, or by this module after one) for
-    ``max_age`` seconds."""
-    if not glob.glob(os.path.join(APT_LISTS, "*_Packages*")):
-        return True
-    try:
-        age = time.time() - os.stat(APT_LISTS).st_mtime
-    except OSError:
-        return True
-    return age > max_age
-
-
-def apt_install(module, missing):
-    apt_get = module.get_bin_path("apt-get", required=True)
-    updated = lists_stale(module.params["cache_valid_time"])
-    if updated:
-        run_retrying(module, [apt_get, "update", "-q"] + apt_options(module)[:4],
-                     "apt-get update", APT_ENV)
-        # apt-get update leaves the directory's mtime alone when every index was unchanged
-        # upstream: mark the refresh, so the next install within cache_valid_time skips it.
-        with contextlib.suppress(OSError):
-            os.utime(APT_LISTS, None)
-    apt_recover(module)
-    run_retrying(module, [apt_get, "install", "-y", "-q", "--no-install-recommends"]
-                 + apt_options(module) + missing, "apt-get install", APT_ENV)
-    return updated
-
-
-def dnf_install(module, missing):
-    dnf = module.get_bin_path("dnf", required=True)
-    run_retrying(module, [dnf, "install", "-y"] + missing, "dnf install")
-    return False
 
 
 def main():
@@ -160,26 +106,13 @@ def main():
         supports_check_mode=True,
     )
     names = list(dict.fromkeys(module.params["names"]))
-    bad = [n for n in names
-           if not n or n != n.strip() or n.startswith("-") or "=" in n or ":" in n]
+    bad = bad_names(names)
     if bad:
         module.fail_json(msg="names must be package names (no version, architecture, option or "
                              "blank): %r" % (bad,))
-    apt = uses_apt()
-    before = versions(module, names, apt) if names else {}
-    missing = [n for n in names if not before[n]]
-    if not missing or module.check_mode:
-        module.exit_json(changed=bool(missing), packages=before, installed=missing,
-                         cache_updated=False,
-                         services=service_states(module, module.params.get("services") or []))
-    updated = (apt_install if apt else dnf_install)(module, missing)
-    after = versions(module, names, apt)
-    still = [n for n in missing if not after[n]]
-    if still:
-        module.fail_json(msg="the install ended without error but these are not installed: %s "
-                             "(a virtual package or an rpm provide? name the real package)"
-                             % ", ".join(still), packages=after)
-    module.exit_json(changed=True, packages=after, installed=missing, cache_updated=updated,
+    _before, missing, updated, after = ensure(module, names, module.params["cache_valid_time"])
+    module.exit_json(changed=bool(missing), packages=after, installed=missing,
+                     cache_updated=updated,
                      services=service_states(module, module.params.get("services") or []))
 
 

@@ -48,6 +48,24 @@ options:
     description: Seconds one download may take.
     type: int
     default: 30
+  packages:
+    description:
+      - The OS's own packages the keys need (C(gnupg) for C(gpg), C(ca-certificates) for an
+        https key server), installed first where one is missing, at the distribution's version
+        (as M(gpucluster.provisioner.distro_packages) does: one package database query on a
+        node that has them). Installs retry a transient mirror error O(retries) times, O(delay)
+        seconds before the first retry, doubling after each. Check mode installs nothing.
+    type: list
+    elements: str
+    default: []
+  cache_valid_time:
+    description: Seconds apt's package lists count as fresh before an install of O(packages).
+    type: int
+    default: 86400
+  lock_timeout:
+    description: Seconds apt and dpkg wait for the package manager's lock for O(packages).
+    type: int
+    default: 300
 author: gpu-cluster-provisioner maintainers (@gpucluster)
 """
 
@@ -71,6 +89,11 @@ fingerprints:
   description: Name to the fingerprint found in the fetched key.
   returned: always
   type: dict
+installed:
+  description: The packages of O(packages) that were (or would be) installed.
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -81,6 +104,23 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
+from ansible_collections.gpucluster.provisioner.plugins.module_utils.gpucluster.distro import (
+    bad_names,
+    ensure,
+)
+
+
+class _PackageSteps:
+    """The module as the package runner reads it (module_utils/gpucluster/pkgrun.py): this
+    module's retries, its delay as the first retry's, and apt's lock wait."""
+
+    def __init__(self, module):
+        self._module = module
+        self.params = {"retries": module.params["retries"], "retry_delay": module.params["delay"],
+                       "lock_timeout": module.params["lock_timeout"]}
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
 
 
 def _redact(url):
@@ -156,9 +196,16 @@ def main():
             retries=dict(type="int", default=3),
             delay=dict(type="float", default=5),
             timeout=dict(type="int", default=30),
+            packages=dict(type="list", elements="str", default=[]),
+            cache_valid_time=dict(type="int", default=86400),
+            lock_timeout=dict(type="int", default=300),
         ),
         supports_check_mode=True,
     )
+    packages = list(dict.fromkeys(module.params["packages"]))
+    if bad_names(packages):
+        module.fail_json(msg="packages must be package names (no version, architecture, option "
+                             "or blank): %r" % (bad_names(packages),))
     wanted = []
     for key in module.params["keys"]:
         name, url, fpr = (str(key.get(k) or "").strip() for k in ("name", "key_url", "fingerprint"))
@@ -166,6 +213,8 @@ def main():
             module.fail_json(msg="every key needs a name (no '/'), a key_url and a fingerprint: %s"
                              % (name or "(no name)"))
         wanted.append((name, url, fpr.replace(" ", "").upper()))
+    _before, installed, _updated, _after = ensure(_PackageSteps(module), packages,
+                                                  module.params["cache_valid_time"])
     scratch = tempfile.mkdtemp(prefix="gpuc-keys.")  # mode 0700
     accepted = {}
     fingerprints = {}
@@ -196,7 +245,8 @@ def main():
             os.chmod(directory, 0o755)
         for name in changed:
             _write(os.path.join(directory, name + ".asc"), accepted[name])
-    module.exit_json(changed=bool(changed), changed_keys=changed, fingerprints=fingerprints)
+    module.exit_json(changed=bool(changed) or bool(installed), changed_keys=changed,
+                     fingerprints=fingerprints, installed=installed)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ database as a dict, apt-get/dnf changing it) and a real lists directory for apt'
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import pytest
 from tests.unit.collection_module import load_module
 
 dp: Any = load_module("distro_packages")
+# The install logic it shares with signed_keys (module_utils/gpucluster/distro.py).
+distro: Any = sys.modules[dp.ensure.__module__]
 
 FETCH_503 = ("", "E: Failed to fetch http://mirror/pool/main/m/munge/munge_0.5.15-2_amd64.deb  "
                  "503  Service Unavailable [IP: 10.88.0.2 8080]\n")
@@ -87,7 +90,7 @@ def lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "lists"
     path.mkdir()
     (path / "deb.debian.org_debian_dists_bookworm_main_binary-amd64_Packages").write_text("x")
-    monkeypatch.setattr(dp, "APT_LISTS", str(path))
+    monkeypatch.setattr(distro, "APT_LISTS", str(path))
     return path
 
 
