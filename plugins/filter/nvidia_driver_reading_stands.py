@@ -17,7 +17,7 @@ short_description: Whether the driver's install call's reading of the node still
 description:
   - True when the install call (C(pinned_packages) with a C(probe)) read the loaded module and
     the persistence daemon, and nothing may have changed either since (none of the role's files
-    written by that call, its C(changed_files) empty: the daemon's drop-in reloads systemd; no
+    written by that call, its C(changed_files) empty, as the daemon's drop-in reloads systemd; no
     DKMS build started). A package change alone is verify's to judge. The service step then
     reads the node only when this is false.
   - "C(is changed) as ansible-core decides it (module_utils/gpucluster/registered.py)."

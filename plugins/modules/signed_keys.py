@@ -52,7 +52,7 @@ options:
     description:
       - The OS's own packages the keys need (C(gnupg) for C(gpg), C(ca-certificates) for an
         https key server), installed first where one is missing, at the distribution's version
-        (as M(gpucluster.provisioner.distro_packages) does: one package database query on a
+        (as M(gpucluster.provisioner.distro_packages) does, one package database query on a
         node that has them). Installs retry a transient mirror error O(retries) times, O(delay)
         seconds before the first retry, doubling after each. Check mode installs nothing.
     type: list
