@@ -110,7 +110,7 @@ def main():
     if bad:
         module.fail_json(msg="names must be package names (no version, architecture, option or "
                              "blank): %r" % (bad,))
-    _before, missing, updated, after = ensure(module, names, module.params["cache_valid_time"])
+    missing, updated, after = ensure(module, names, module.params["cache_valid_time"])
     module.exit_json(changed=bool(missing), packages=after, installed=missing,
                      cache_updated=updated,
                      services=service_states(module, module.params.get("services") or []))

@@ -203,9 +203,10 @@ def main():
         supports_check_mode=True,
     )
     packages = list(dict.fromkeys(module.params["packages"]))
-    if bad_names(packages):
+    bad = bad_names(packages)
+    if bad:
         module.fail_json(msg="packages must be package names (no version, architecture, option "
-                             "or blank): %r" % (bad_names(packages),))
+                             "or blank): %r" % (bad,))
     wanted = []
     for key in module.params["keys"]:
         name, url, fpr = (str(key.get(k) or "").strip() for k in ("name", "key_url", "fingerprint"))
@@ -213,8 +214,8 @@ def main():
             module.fail_json(msg="every key needs a name (no '/'), a key_url and a fingerprint: %s"
                              % (name or "(no name)"))
         wanted.append((name, url, fpr.replace(" ", "").upper()))
-    _before, installed, _updated, _after = ensure(_PackageSteps(module), packages,
-                                                  module.params["cache_valid_time"])
+    installed, _updated, _after = ensure(_PackageSteps(module), packages,
+                                         module.params["cache_valid_time"])
     scratch = tempfile.mkdtemp(prefix="gpuc-keys.")  # mode 0700
     accepted = {}
     fingerprints = {}

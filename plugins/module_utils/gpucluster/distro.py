@@ -72,14 +72,14 @@ def bad_names(names):
 
 
 def ensure(module, names, cache_valid_time):
-    """Install the missing ones of names (none in check mode): (versions before, the missing
-    names, whether apt's lists were refreshed, versions after). The module's params give
+    """Install the missing ones of names (none in check mode): (the missing names, whether
+    apt's lists were refreshed, the versions after). The module's params give
     lock_timeout, retries and retry_delay (pkgrun); a name the install did not bring fails."""
     apt = uses_apt()
     before = versions(module, names, apt) if names else {}
     missing = [n for n in names if not before[n]]
     if not missing or module.check_mode:
-        return before, missing, False, before
+        return missing, False, before
     updated = (apt_install if apt else dnf_install)(module, missing, cache_valid_time)
     after = versions(module, names, apt)
     still = [n for n in missing if not after[n]]
@@ -87,4 +87,4 @@ def ensure(module, names, cache_valid_time):
         module.fail_json(msg="the install ended without error but these are not installed: %s "
                              "(a virtual package or an rpm provide? name the real package)"
                              % ", ".join(still), packages=after)
-    return before, missing, updated, after
+    return missing, updated, after

@@ -55,7 +55,7 @@ def _final_mode(module, path, mode, who):
         module.fail_json(msg="%s: %s: mode %r: %s" % (who, path, mode, exc))
 
 
-def _id(module, name, lookup, what):
+def _id(module, name, lookup, what, who):
     """A user or group name (or number) as its id, or a one-line failure."""
     try:
         return int(name)
@@ -64,10 +64,10 @@ def _id(module, name, lookup, what):
     try:
         return lookup(name)
     except KeyError:
-        module.fail_json(msg="no %s %s on this host" % (what, name))
+        module.fail_json(msg="%s: no %s %s on this host" % (who, what, name))
 
 
-def _owner_ids(module, path, owner, group):
+def _owner_ids(module, path, owner, group, who):
     """(uid, gid, required) the new file gets: the given owner and group, else those of the
     file it replaces (as atomic_move kept them), else -1 (the creator's, or a setgid
     directory's group). required: whether a failed chown must fail the task."""
@@ -75,9 +75,9 @@ def _owner_ids(module, path, owner, group):
         now = os.stat(path)
     except OSError:
         now = None
-    uid = (_id(module, owner, lambda n: pwd.getpwnam(n).pw_uid, "user") if owner is not None
+    uid = (_id(module, owner, lambda n: pwd.getpwnam(n).pw_uid, "user", who) if owner is not None
            else now.st_uid if now is not None else -1)
-    gid = (_id(module, group, lambda n: grp.getgrnam(n).gr_gid, "group") if group is not None
+    gid = (_id(module, group, lambda n: grp.getgrnam(n).gr_gid, "group", who) if group is not None
            else now.st_gid if now is not None else -1)
     return uid, gid, owner is not None or group is not None
 
@@ -100,7 +100,7 @@ def _write(module, path, content, mode, owner, group, who):
     (atomic_move would leave a new file 0644 until the chmod that follows it)."""
     directory, name = os.path.split(path)
     final_mode = _final_mode(module, path, mode, who)
-    uid, gid, required = _owner_ids(module, path, owner, group)
+    uid, gid, required = _owner_ids(module, path, owner, group, who)
     context = None
     if module.selinux_enabled():
         context = (module.selinux_context(path) if os.path.exists(path)
